@@ -1,0 +1,1 @@
+"""The gpunet diagnoser: names the bottleneck of a slowed training job."""

@@ -1,0 +1,143 @@
+"""gpunet-exporter: serve (default), scrape once, or snapshot the node into a fixture folder."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import signal
+import sys
+
+from aiohttp import web
+
+from exporter.inventory import DEFAULT_EXCLUDE, InventoryOptions
+from exporter.registry import Registry
+from exporter.root import Root
+from exporter.sampler import Sampler
+from exporter.server import make_app
+from gpunet import __version__
+from gpunet.contract import DEFAULT_PORT
+
+log = logging.getLogger("gpunet.exporter")
+
+_SPEED = re.compile(r"^\s*([0-9.]+)\s*([kmgt]?)(bit|b|bps)?(/s)?\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+
+
+def parse_speed(text: str) -> float:
+    """'200Mbit', '100G', '25Gbit/s' -> bytes per second (link speeds are in bits)."""
+    m = _SPEED.match(text)
+    if not m or not (m.group(2) or m.group(3)):
+        raise argparse.ArgumentTypeError(f"link speed {text!r}: say the unit, e.g. 200Mbit or 100G")
+    return float(m.group(1)) * _SCALE[m.group(2).lower()] / 8
+
+
+def parse_link_speed(text: str) -> tuple[str, float]:
+    device, sep, speed = text.partition("=")
+    if not sep or not device:
+        raise argparse.ArgumentTypeError(f"--link-speed {text!r}: expected DEVICE=SPEED, e.g. veth0=200Mbit")
+    return device, parse_speed(speed)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"--listen {text!r}: expected [HOST]:PORT, e.g. :{DEFAULT_PORT}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpunet-exporter",
+        description="Sample NIC (and GPU) counters at a fast tick and serve them to Prometheus.")
+    p.add_argument("command", nargs="?", default="serve", choices=("serve", "scrape", "snapshot"),
+                   help="serve: run the daemon (default); scrape: sample for --duration seconds and print "
+                        "one scrape; snapshot: write the node as a fixture folder to OUT_DIR")
+    p.add_argument("out_dir", nargs="?", help="folder for 'snapshot'")
+    p.add_argument("--listen", type=parse_listen, default=("0.0.0.0", DEFAULT_PORT),
+                   help=f"address to serve on, [HOST]:PORT (default :{DEFAULT_PORT})")
+    p.add_argument("--root", default="/", help="read the machine through this folder (contract section 6); "
+                   "default /")
+    p.add_argument("--fast-interval", type=float, default=0.2,
+                   help="seconds between fast ticks: wire bytes, pauses, GPU activity (default 0.2)")
+    p.add_argument("--slow-interval", type=float, default=1.0,
+                   help="seconds between slow ticks: discovery and all other counters (default 1)")
+    p.add_argument("--link-speed", type=parse_link_speed, action="append", default=[], metavar="DEV=SPEED",
+                   help="override a NIC's link speed (e.g. veth0=200Mbit): for virtual interfaces, shaped "
+                        "links and drivers that report none; repeatable")
+    p.add_argument("--fabric-devices", default=None, metavar="DEV[,DEV...]",
+                   help="NICs of the training fabric, which decide network_state (default: those with an "
+                        "RDMA device; on a node without any, every NIC with a PCI device)")
+    p.add_argument("--nic-include", default=None, metavar="REGEX", help="export only NICs matching this")
+    p.add_argument("--nic-exclude", default=DEFAULT_EXCLUDE, metavar="REGEX",
+                   help="do not export NICs matching this (default: loopback and container plumbing)")
+    p.add_argument("--duration", type=float, default=1.0, help="seconds to sample for 'scrape' (default 1)")
+    p.add_argument("--openmetrics", action="store_true", help="'scrape' prints OpenMetrics")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--version", action="version", version=f"gpunet-exporter {__version__}")
+    return p
+
+
+def make_sampler(args: argparse.Namespace, registry: Registry) -> Sampler:
+    fabric = [d for d in args.fabric_devices.split(",") if d] if args.fabric_devices else None
+    inventory = InventoryOptions(include=args.nic_include, exclude=args.nic_exclude or None,
+                                 link_speeds=dict(args.link_speed), fabric=fabric)
+    return Sampler(Root(args.root), registry, inventory, args.fast_interval, args.slow_interval)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    registry = Registry(args.root)
+    sampler = make_sampler(args, registry)
+    await sampler.start()
+    runner = web.AppRunner(make_app(registry, sampler), access_log=None)
+    await runner.setup()
+    host, port = args.listen
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    log.info("gpunet-exporter %s serving http://%s:%d/metrics (root %s)", __version__, host, port, args.root)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("stopping")
+    await runner.cleanup()
+    await sampler.stop()
+
+
+async def scrape_once(args: argparse.Namespace) -> bytes:
+    registry = Registry(args.root)
+    sampler = make_sampler(args, registry)
+    await sampler.start()
+    await asyncio.sleep(args.duration)
+    await sampler.stop()
+    return registry.render(openmetrics=args.openmetrics)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    if args.command == "snapshot":
+        if not args.out_dir:
+            print("gpunet-exporter snapshot: OUT_DIR is required", file=sys.stderr)
+            return 2
+        from exporter.snapshot import write_snapshot
+
+        written = write_snapshot(Root(args.root), args.out_dir)
+        print(f"wrote {written} files to {args.out_dir}", file=sys.stderr)
+        return 0
+    if args.command == "scrape":
+        sys.stdout.buffer.write(asyncio.run(scrape_once(args)))
+        return 0
+    try:
+        asyncio.run(serve(args))
+    except OSError as e:
+        log.error("cannot serve on %s:%d: %s", *args.listen, e.strerror or e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

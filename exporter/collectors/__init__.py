@@ -1,0 +1,1 @@
+"""Collectors: one per source, each turns readings into contract samples."""

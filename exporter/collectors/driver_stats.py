@@ -1,0 +1,49 @@
+"""Driver statistics (ethtool -S) beyond the wire: pause durations, discards, errors.
+Pause frames and wire bytes come from the same source but at the fast tick (wire.py)."""
+
+from __future__ import annotations
+
+from exporter.readers.ethtool import DriverStatsReader
+from exporter.root import Root, SourceError
+from exporter.samples import Sample, TickContext
+from exporter.vendors import GENERIC, counters_for
+from gpunet.contract import (NIC_PFC_PAUSE_DURATION, NIC_RECEIVE_DISCARDS, NIC_RECEIVE_ERRORS,
+                             NIC_TRANSMIT_DISCARDS)
+
+
+class DriverStatsCollector:
+    name = "driver_stats"
+
+    def __init__(self, root: Root):
+        self.reader = DriverStatsReader(root)
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
+        samples = []
+        for nic in ctx.nics.values():
+            table = counters_for(nic.driver)
+            if not nic.netdev or table is GENERIC or nic.link_layer != "Ethernet":
+                continue
+            if not self.reader.available(nic.netdev):
+                continue
+            try:
+                stats = self.reader.read(nic.netdev, errors)
+            except SourceError as e:
+                errors.append(e)
+                continue
+            labels = (nic.device,)
+            seen = set()
+            for name, (direction, priority) in table.pause_duration.items():
+                if name in stats and (direction, priority) not in seen:
+                    seen.add((direction, priority))
+                    samples.append(Sample(NIC_PFC_PAUSE_DURATION, (nic.device, direction, priority),
+                                          stats[name] * table.pause_duration_unit))
+            for names, metric in ((table.rx_discards, NIC_RECEIVE_DISCARDS),
+                                  (table.tx_discards, NIC_TRANSMIT_DISCARDS),
+                                  (table.rx_errors, NIC_RECEIVE_ERRORS)):
+                value = next((stats[n] for n in names if n in stats), None)
+                if value is not None:
+                    samples.append(Sample(metric, labels, value))
+        return samples

@@ -1,0 +1,36 @@
+"""TCP segments and retransmits of the node, from /proc/net/snmp and /proc/net/netstat."""
+
+from __future__ import annotations
+
+from exporter.readers.procfs import PartialTable, read_snmp_table
+from exporter.root import Root, SourceError
+from exporter.samples import Sample, TickContext
+from gpunet.contract import TCP_RECEIVED, TCP_RETRANSMITTED, TCP_SENT, TCP_TIMEOUTS
+
+SNMP_FIELDS = (("Tcp", "RetransSegs", TCP_RETRANSMITTED), ("Tcp", "OutSegs", TCP_SENT),
+               ("Tcp", "InSegs", TCP_RECEIVED))
+NETSTAT_FIELDS = (("TcpExt", "TCPTimeouts", TCP_TIMEOUTS),)
+
+
+class TcpCollector:
+    name = "tcp"
+
+    def __init__(self, root: Root):
+        self.root = root
+
+    def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
+        samples = []
+        for rel, fields in (("proc/net/snmp", SNMP_FIELDS), ("proc/net/netstat", NETSTAT_FIELDS)):
+            try:
+                table = read_snmp_table(self.root, rel)
+            except PartialTable as e:
+                errors.append(e)
+                table = e.table
+            except SourceError as e:
+                errors.append(e)
+                continue
+            for proto, field, metric in fields:
+                value = table.get(proto, {}).get(field)
+                if value is not None:
+                    samples.append(Sample(metric, (), value))
+        return samples

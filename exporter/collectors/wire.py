@@ -1,0 +1,120 @@
+"""Fast tick: what crossed each NIC's wire, RDMA included, and the pause frames it met.
+
+Contract section 1 decides where a NIC's bytes come from, per port:
+  InfiniBand  -> port_rcv_data / port_xmit_data x 4 (counters_ext 64-bit where present);
+  Ethernet    -> the driver's physical-port counters (mlx5 rx_bytes_phy, ...), which see
+                 RoCE traffic that bypasses the kernel;
+  otherwise   -> the netdev statistics.
+The choice is made once per NIC and kept: switching sources mid-run would make the
+counter jump. Pause frames are read here too, from the same driver read, because the
+node's network_state needs them at the fast tick.
+"""
+
+from __future__ import annotations
+
+from exporter.inventory import Nic
+from exporter.readers import rdma as rdma_reader
+from exporter.readers.ethtool import DriverStatsReader
+from exporter.readers.netdev import NetdevReader
+from exporter.root import Root, SourceError
+from exporter.samples import Sample, TickContext
+from exporter.vendors import counters_for
+from gpunet.contract import NIC_PFC_PAUSE_FRAMES, NIC_RECEIVE_BYTES, NIC_TRANSMIT_BYTES
+
+IB_DATA_UNIT = 4  # InfiniBand data counters count 4-octet words
+WRAP_32 = float(2**32)
+
+
+def _first(stats: dict[str, int], names: tuple[str, ...]) -> int | None:
+    for name in names:
+        value = stats.get(name)
+        if value is not None:
+            return value
+    return None
+
+
+class WireCollector:
+    name = "wire"
+
+    def __init__(self, root: Root):
+        self.root = root
+        self.netdev = NetdevReader(root)
+        self.driver_stats = DriverStatsReader(root)
+        self._source: dict[str, str] = {}  # device -> "ib_ext" | "ib" | "driver" | "netdev"
+
+    def close(self) -> None:
+        self.netdev.close()
+        self.driver_stats.close()
+
+    def _choose_source(self, nic: Nic, errors: list[SourceError]) -> str:
+        if nic.rdma is not None and (nic.link_layer == "InfiniBand" or not nic.netdev):
+            if self.root.exists(f"{nic.rdma.base}/counters_ext/port_xmit_data_64"):
+                return "ib_ext"
+            return "ib"
+        table = counters_for(nic.driver)
+        if table.wire_rx_bytes and self.driver_stats.available(nic.netdev):
+            try:
+                stats = self.driver_stats.read(nic.netdev, [])
+                if _first(stats, table.wire_rx_bytes) is not None:
+                    return "driver"
+            except SourceError as e:
+                errors.append(e)
+        return "netdev"
+
+    def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
+        for gone in self._source.keys() - ctx.nics.keys():
+            del self._source[gone]
+        samples: list[Sample] = []
+        via_netdev: list[Nic] = []
+        for device, nic in ctx.nics.items():
+            source = self._source.get(device)
+            if source is None:
+                source = self._source[device] = self._choose_source(nic, errors)
+            try:
+                if source == "netdev":
+                    via_netdev.append(nic)
+                elif source == "driver":
+                    self._from_driver(nic, samples, errors)
+                else:
+                    self._from_ib(nic, source, samples, errors)
+            except SourceError as e:
+                errors.append(e)
+        if via_netdev:
+            links = self.netdev.links([n.netdev for n in via_netdev], errors)
+            for nic in via_netdev:
+                link = links.get(nic.netdev)
+                if link is None:
+                    continue
+                if "rx_bytes" in link.stats:
+                    samples.append(Sample(NIC_RECEIVE_BYTES, (nic.device,), link.stats["rx_bytes"]))
+                if "tx_bytes" in link.stats:
+                    samples.append(Sample(NIC_TRANSMIT_BYTES, (nic.device,), link.stats["tx_bytes"]))
+        return samples
+
+    def _from_driver(self, nic: Nic, samples: list[Sample], errors: list[SourceError]) -> None:
+        stats = self.driver_stats.read(nic.netdev, errors)
+        table = counters_for(nic.driver)
+        rx, tx = _first(stats, table.wire_rx_bytes), _first(stats, table.wire_tx_bytes)
+        if rx is not None:
+            samples.append(Sample(NIC_RECEIVE_BYTES, (nic.device,), rx))
+        if tx is not None:
+            samples.append(Sample(NIC_TRANSMIT_BYTES, (nic.device,), tx))
+        seen: set[tuple[str, str]] = set()
+        for name, (direction, priority) in table.pause_frames.items():
+            value = stats.get(name)
+            if value is not None and (direction, priority) not in seen:
+                seen.add((direction, priority))  # first alias present wins
+                samples.append(Sample(NIC_PFC_PAUSE_FRAMES, (nic.device, direction, priority), value))
+
+    def _from_ib(self, nic: Nic, source: str, samples: list[Sample], errors: list[SourceError]) -> None:
+        assert nic.rdma is not None
+        if source == "ib_ext":
+            group, names, wrap = "counters_ext", ("port_rcv_data_64", "port_xmit_data_64"), None
+        else:
+            # Older HCAs without extended counters have 32-bit data counters here.
+            group, names, wrap = "counters", ("port_rcv_data", "port_xmit_data"), WRAP_32 * IB_DATA_UNIT
+        values = rdma_reader.read_counters(self.root, nic.rdma, group, names, errors)
+        if names[0] in values:
+            samples.append(Sample(NIC_RECEIVE_BYTES, (nic.device,), values[names[0]] * IB_DATA_UNIT, wrap))
+        if names[1] in values:
+            samples.append(Sample(NIC_TRANSMIT_BYTES, (nic.device,), values[names[1]] * IB_DATA_UNIT, wrap))

@@ -1,0 +1,54 @@
+"""Counters that never go backwards, whatever the hardware does.
+
+Contract section 2: a counter starts at the system's own value, then advances by the
+system's deltas. A decrease in the source is either a wrap of a narrow hardware counter
+(it passed its top and restarted at zero) or a reset (driver reload, NIC re-added); in
+both cases the exported counter goes on growing.
+"""
+
+from __future__ import annotations
+
+from exporter.samples import Sample
+
+# Series not read for this many ticks are forgotten, bounding memory as NICs come and go.
+FORGET_AFTER_TICKS = 3000
+
+
+class MonotonicCounters:
+    def __init__(self) -> None:
+        # (name, labels) -> [last raw value, exported value, tick last seen]
+        self._state: dict[tuple[str, tuple[str, ...]], list] = {}
+        self._tick = 0
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+    def apply(self, samples: list[Sample]) -> list[Sample]:
+        self._tick += 1
+        tick = self._tick
+        state = self._state
+        out = []
+        for s in samples:
+            if s.metric.type != "counter":
+                out.append(s)
+                continue
+            key = (s.metric.name, s.labels)
+            entry = state.get(key)
+            raw = s.value
+            if entry is None:
+                state[key] = [raw, raw, tick]
+                out.append(s)
+                continue
+            last_raw, exported, _ = entry
+            if raw >= last_raw:
+                exported += raw - last_raw
+            elif s.wrap and last_raw >= s.wrap / 2 and raw < s.wrap / 2:
+                exported += raw + s.wrap - last_raw  # passed the top of a narrow counter
+            else:
+                exported += raw  # reset: the source restarted from zero
+            entry[0], entry[1], entry[2] = raw, exported, tick
+            out.append(s._replace(value=exported))
+        if tick % 100 == 0:
+            for key in [k for k, e in state.items() if tick - e[2] > FORGET_AFTER_TICKS]:
+                del state[key]
+        return out

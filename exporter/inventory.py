@@ -1,0 +1,112 @@
+"""Which NIC ports the node has, and what they are.
+
+A NIC port is a netdev (with or without an RDMA device behind it) or an RDMA port with no
+netdev, named ``<rdma_device>:<port>`` (contract section 1). Discovery runs on the slow
+tick, so NICs that come and go are followed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from exporter.readers import netdev as netdev_reader
+from exporter.readers import rdma as rdma_reader
+from exporter.readers.rdma import RdmaPort
+from exporter.root import Root, SourceError
+
+# Container and VM plumbing: hundreds of these on a Kubernetes node, none of them a NIC.
+DEFAULT_EXCLUDE = r"^(lo|veth[0-9a-f]{6,}|cali[0-9a-f]+|docker\d+|cni\d+|flannel\.\d+|virbr\d+|tunl\d+)$"
+
+
+@dataclass(frozen=True)
+class Nic:
+    device: str  # the contract's `device` label
+    netdev: str  # "" for an RDMA port without netdev
+    rdma: RdmaPort | None
+    driver: str
+    link_layer: str
+    numa_node: str
+    pci_address: str
+    speed_bytes_per_second: float | None
+    fabric: bool  # part of the training fabric (decides the node's network_state)
+
+
+@dataclass
+class InventoryOptions:
+    include: str | None = None  # regex of device names to keep (all when None)
+    exclude: str | None = DEFAULT_EXCLUDE
+    link_speeds: dict[str, float] = field(default_factory=dict)  # device -> bytes/s, overrides the driver
+    fabric: list[str] | None = None  # devices of the training fabric; default: those with RDMA
+
+
+def discover(root: Root, opts: InventoryOptions, errors: list[SourceError]) -> dict[str, Nic]:
+    include = re.compile(opts.include) if opts.include else None
+    exclude = re.compile(opts.exclude) if opts.exclude else None
+
+    def wanted(device: str) -> bool:
+        if include is not None:
+            return bool(include.search(device))
+        return not (exclude and exclude.search(device))
+
+    ports = rdma_reader.list_ports(root, errors)
+    port_of_netdev = {p.netdev: p for p in ports if p.netdev}
+    found: list[tuple[str, str, RdmaPort | None, str, str, str, str, float | None]] = []
+
+    for name in netdev_reader.list_netdevs(root):
+        if not wanted(name):
+            continue
+        port = port_of_netdev.get(name)
+        driver, pci, numa = netdev_reader.pci_device(root, name)
+        if port is not None:
+            link_layer = port.link_layer
+        else:
+            link_layer = "InfiniBand" if netdev_reader.netdev_type(root, name) == 32 else "Ethernet"
+        try:
+            mbps = netdev_reader.netdev_speed_mbps(root, name)
+        except SourceError as e:
+            errors.append(e)
+            mbps = None
+        speed = mbps * 1e6 / 8 if mbps else None
+        if port is not None and (link_layer == "InfiniBand" or speed is None):
+            # The IB rate is the port's own; IPoIB's netdev speed is not always right.
+            speed = port.rate_bytes_per_second or speed
+        found.append((name, name, port, driver, link_layer, numa, pci, speed))
+
+    for port in ports:
+        if port.netdev:
+            continue
+        device = f"{port.device}:{port.port}"
+        if not wanted(device):
+            continue
+        driver, pci, numa = _rdma_pci_device(root, port.device)
+        found.append((device, "", port, driver, port.link_layer, numa, pci, port.rate_bytes_per_second))
+
+    if opts.fabric is not None:
+        fabric = set(opts.fabric)
+    else:
+        fabric = {f[0] for f in found if f[2] is not None}
+        if not fabric:
+            # A node without RDMA trains over TCP: every NIC with a PCI device is fabric.
+            fabric = {f[0] for f in found if f[6]}
+
+    nics = {}
+    for device, netdev, port, driver, link_layer, numa, pci, speed in found:
+        speed = opts.link_speeds.get(device, speed)
+        nics[device] = Nic(device, netdev, port, driver, link_layer, numa, pci, speed, device in fabric)
+    return nics
+
+
+def _rdma_pci_device(root: Root, rdma_device: str) -> tuple[str, str, str]:
+    base = f"{rdma_reader.IB}/{rdma_device}/device"
+    driver = pci = numa = ""
+    for line in (root.read_optional_str(f"{base}/uevent") or "").splitlines():
+        key, _, value = line.partition("=")
+        if key == "DRIVER":
+            driver = value
+        elif key == "PCI_SLOT_NAME":
+            pci = value
+    numa_text = root.read_optional_str(f"{base}/numa_node")
+    if numa_text and numa_text.isdigit():
+        numa = numa_text
+    return driver, pci, numa

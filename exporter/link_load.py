@@ -1,0 +1,75 @@
+"""What the network did in each fast tick: saturated seconds and the node's network_state.
+
+A 15 s scrape averages a 300 ms all-reduce burst at line rate into a modest rate; counting
+at the fast tick keeps it (contract section 2). Computed from the wire collector's samples
+after they were made monotonic, so a counter reset never reads as a burst.
+"""
+
+from __future__ import annotations
+
+from exporter.inventory import Nic
+from exporter.samples import Sample
+from gpunet.contract import (ACTIVE_RATIO, NETWORK_STATES, NIC_PFC_PAUSE_FRAMES, NIC_RECEIVE_BYTES,
+                             NIC_SATURATED_SECONDS, NIC_TRANSMIT_BYTES, NODE_NETWORK_STATE_SECONDS,
+                             SATURATED_RATIO)
+
+_DIRECTION = {NIC_RECEIVE_BYTES.name: "receive", NIC_TRANSMIT_BYTES.name: "transmit"}
+
+
+class LinkLoad:
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], float] = {}  # (device, direction) -> bytes at last tick
+        self._last_pauses: dict[str, float] = {}  # device -> received pause frames at last tick
+        self._last_time: float | None = None
+        self.saturated_seconds: dict[tuple[str, str], float] = {}
+        self.state_seconds = dict.fromkeys(NETWORK_STATES, 0.0)
+        self.network_state = "quiet"  # of the latest tick
+        self.tick_seconds = 0.0  # length of the latest tick
+
+    def update(self, now: float, nics: dict[str, Nic], wire: list[Sample]) -> list[Sample]:
+        bytes_now: dict[tuple[str, str], float] = {}
+        pauses_now: dict[str, float] = {}
+        for s in wire:
+            direction = _DIRECTION.get(s.metric.name)
+            if direction is not None:
+                bytes_now[(s.labels[0], direction)] = s.value
+            elif s.metric is NIC_PFC_PAUSE_FRAMES and s.labels[1] == "receive":
+                pauses_now[s.labels[0]] = pauses_now.get(s.labels[0], 0.0) + s.value
+
+        dt = 0.0 if self._last_time is None else now - self._last_time
+        paused = saturated = active = False
+        if dt > 0:
+            for key, value in bytes_now.items():
+                nic = nics.get(key[0])
+                last = self._last.get(key)
+                if nic is None or last is None or not nic.speed_bytes_per_second:
+                    continue
+                ratio = (value - last) / dt / nic.speed_bytes_per_second
+                if ratio >= SATURATED_RATIO:
+                    self.saturated_seconds[key] = self.saturated_seconds.get(key, 0.0) + dt
+                if nic.fabric:
+                    saturated |= ratio >= SATURATED_RATIO
+                    active |= ratio >= ACTIVE_RATIO
+            for device, value in pauses_now.items():
+                nic = nics.get(device)
+                last = self._last_pauses.get(device)
+                if nic is not None and nic.fabric and last is not None and value > last:
+                    paused = True
+            state = "paused" if paused else "saturated" if saturated else "active" if active else "quiet"
+            self.state_seconds[state] += dt
+            self.network_state = state
+        self.tick_seconds = dt
+        self._last, self._last_pauses, self._last_time = bytes_now, pauses_now, now
+
+        for key in list(self.saturated_seconds):
+            if key[0] not in nics:  # the NIC left: its series go with it
+                del self.saturated_seconds[key]
+        out = []
+        for device, nic in nics.items():
+            if nic.speed_bytes_per_second:
+                for direction in ("receive", "transmit"):
+                    if (device, direction) in bytes_now:
+                        value = self.saturated_seconds.setdefault((device, direction), 0.0)
+                        out.append(Sample(NIC_SATURATED_SECONDS, (device, direction), value))
+        out.extend(Sample(NODE_NETWORK_STATE_SECONDS, (state,), secs) for state, secs in self.state_seconds.items())
+        return out

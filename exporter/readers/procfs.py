@@ -1,0 +1,40 @@
+"""/proc/net/snmp and /proc/net/netstat: pairs of lines, a header and its values.
+
+    Tcp: RtoAlgorithm RtoMin ... RetransSegs ...
+    Tcp: 1 200 ... 4242 ...
+"""
+
+from __future__ import annotations
+
+from exporter.root import Root, SourceError
+
+
+def read_snmp_table(root: Root, rel: str) -> dict[str, dict[str, int]]:
+    """{protocol: {field: value}}. A malformed pair of lines is reported with its line
+    number and leaves out that protocol only."""
+    path = str(root.path(rel))
+    lines = root.read_text(rel).splitlines()
+    out: dict[str, dict[str, int]] = {}
+    problems = []
+    for i in range(0, len(lines) - 1, 2):
+        head_proto, _, head = lines[i].partition(":")
+        value_proto, _, values = lines[i + 1].partition(":")
+        fields, numbers = head.split(), values.split()
+        if head_proto != value_proto or len(fields) != len(numbers):
+            problems.append(f"line {i + 2}: {value_proto or '?'} has {len(numbers)} values for {len(fields)} fields")
+            continue
+        try:
+            out[head_proto] = {f: int(n) for f, n in zip(fields, numbers)}
+        except ValueError:
+            problems.append(f"line {i + 2}: {head_proto} values are not all integers")
+    if problems:
+        raise PartialTable(path, out, problems)
+    return out
+
+
+class PartialTable(SourceError):
+    """Some protocols of the table were malformed; ``table`` holds the ones that parsed."""
+
+    def __init__(self, path: str, table: dict[str, dict[str, int]], problems: list[str]):
+        super().__init__(f"{path}:{problems[0].split(':')[0].removeprefix('line ')}", "; ".join(problems))
+        self.table = table

@@ -1,0 +1,87 @@
+"""RDMA devices in sysfs: ports, their link layer, rate, netdev, and counters.
+
+``sys/class/infiniband/<dev>/ports/<port>/`` holds ``counters/`` (the InfiniBand
+PortCounters, on RoCE ports too), ``hw_counters/`` (the driver's own: ECN, CNP, go-back-N
+events) and on older kernels ``counters_ext/`` (64-bit data counters).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from exporter.root import Root, SourceError
+
+IB = "sys/class/infiniband"
+
+
+@dataclass(frozen=True)
+class RdmaPort:
+    device: str  # mlx5_0
+    port: str  # "1"
+    link_layer: str  # "InfiniBand" | "Ethernet"
+    rate_bytes_per_second: float | None
+    state: str  # "ACTIVE", "DOWN", ...
+    netdev: str  # "" when the port has no netdev
+
+    @property
+    def base(self) -> str:
+        return f"{IB}/{self.device}/ports/{self.port}"
+
+
+_RATE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
+
+
+def parse_rate(text: str) -> float | None:
+    """'400 Gb/sec (4X NDR)' -> bytes per second."""
+    m = _RATE.match(text)
+    return float(m.group(1)) * 1e9 / 8 if m else None
+
+
+def _port_netdev(root: Root, dev: str, port: str) -> str:
+    # gid_attrs/ndevs/0 names the netdev of a RoCE port's first GID (and IPoIB on some
+    # kernels); device/net/ lists netdevs of the PCI function, with dev_port telling ports
+    # apart on multi-port functions.
+    ndev = root.read_optional_str(f"{IB}/{dev}/ports/{port}/gid_attrs/ndevs/0")
+    if ndev:
+        return ndev
+    candidates = root.listdir(f"{IB}/{dev}/device/net")
+    for name in candidates:
+        dev_port = root.read_optional_str(f"{IB}/{dev}/device/net/{name}/dev_port")
+        if dev_port is None:
+            dev_port = root.read_optional_str(f"sys/class/net/{name}/dev_port")
+        if dev_port is None or (dev_port.isdigit() and int(dev_port) + 1 == int(port)):
+            return name
+    return ""
+
+
+def list_ports(root: Root, errors: list[SourceError]) -> list[RdmaPort]:
+    ports = []
+    for dev in root.listdir(IB):
+        for port in root.listdir(f"{IB}/{dev}/ports"):
+            if not port.isdigit():
+                continue
+            base = f"{IB}/{dev}/ports/{port}"
+            try:
+                link_layer = root.read_optional_str(f"{base}/link_layer") or "InfiniBand"
+                rate_text = root.read_optional_str(f"{base}/rate")
+                state = (root.read_optional_str(f"{base}/state") or "").partition(":")[2].strip()
+                ports.append(RdmaPort(dev, port, link_layer, parse_rate(rate_text) if rate_text else None,
+                                      state, _port_netdev(root, dev, port)))
+            except SourceError as e:
+                errors.append(e)
+    return ports
+
+
+def read_counters(root: Root, port: RdmaPort, group: str, names: tuple[str, ...],
+                  errors: list[SourceError]) -> dict[str, int]:
+    """The named counters of one group that exist; malformed ones are reported and skipped."""
+    out = {}
+    for name in names:
+        rel = f"{port.base}/{group}/{name}"
+        try:
+            out[name] = root.read_int(rel)
+        except SourceError as e:
+            if root.exists(rel):  # absent counters are normal: drivers differ
+                errors.append(e)
+    return out

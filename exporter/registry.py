@@ -1,0 +1,129 @@
+"""The latest samples of every collector, the self-metrics, and their exposition.
+
+Collectors publish from the sampler's threads; scrapes read. A scrape never triggers a
+read of the machine: it renders what was published, and the rendered body is reused
+until something new is published.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+import time
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import Metric
+from prometheus_client.exposition import generate_latest as generate_text
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+from exporter.samples import Sample
+from gpunet import __version__
+from gpunet.contract import (COLLECTOR_DURATION, COLLECTOR_ERRORS, COLLECTOR_LAST_SUCCESS, COLLECTOR_UP,
+                             EXPORTER_BUILD_INFO, TICK_INTERVAL, TICKS, TICKS_LATE, MetricSpec)
+
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+@dataclass
+class CollectorStatus:
+    up: bool = False
+    duration: float = 0.0
+    errors_total: int = 0
+    last_run: float = 0.0
+
+
+class Registry:
+    def __init__(self, root_label: str = "/"):
+        self._lock = threading.Lock()
+        self._samples: dict[str, list[Sample]] = {}
+        self._status: dict[str, CollectorStatus] = {}
+        self._ticks: dict[str, list[float]] = {}  # tick -> [interval, count, late]
+        self._generation = 0
+        self._cache: dict[tuple[str, bool], tuple[int, bytes]] = {}
+        self._render_lock = threading.Lock()
+        self._root_label = root_label
+        self._prom = CollectorRegistry(auto_describe=False)
+        self._prom.register(_Bridge(self))
+        self._prom.register(ProcessCollector(registry=None))
+
+    # --- written by the sampler ---------------------------------------------------------
+    def publish(self, collector: str, samples: list[Sample], duration: float, errors: int) -> None:
+        """Store a collector's run: its samples replace the previous ones, so the series of
+        a source that failed are gone from the next scrape rather than frozen."""
+        with self._lock:
+            status = self._status.setdefault(collector, CollectorStatus())
+            status.up = errors == 0
+            status.duration = duration
+            status.errors_total += errors
+            status.last_run = time.time()
+            self._samples[collector] = samples
+            self._generation += 1
+
+    def add_tick(self, tick: str, interval: float, late: bool) -> None:
+        with self._lock:
+            entry = self._ticks.setdefault(tick, [interval, 0, 0])
+            entry[1] += 1
+            entry[2] += int(late)
+
+    def collector_status(self) -> dict[str, CollectorStatus]:
+        with self._lock:
+            return {k: CollectorStatus(**vars(v)) for k, v in self._status.items()}
+
+    # --- read by the server -------------------------------------------------------------
+    def render(self, openmetrics: bool, gzipped: bool = False) -> bytes:
+        key = ("om" if openmetrics else "text", gzipped)
+        with self._render_lock:
+            generation = self._generation
+            cached = self._cache.get(key)
+            if cached is not None and cached[0] == generation:
+                return cached[1]
+            body = (generate_openmetrics if openmetrics else generate_text)(self._prom)
+            if gzipped:
+                body = gzip.compress(body, compresslevel=1)
+            self._cache[key] = (generation, body)
+            return body
+
+    def families(self) -> list[Metric]:
+        with self._lock:
+            published = [s for samples in self._samples.values() for s in samples]
+            status = {k: CollectorStatus(**vars(v)) for k, v in self._status.items()}
+            ticks = {k: list(v) for k, v in self._ticks.items()}
+        by_metric: dict[str, tuple[MetricSpec, list[Sample]]] = {}
+        for s in published:
+            by_metric.setdefault(s.metric.name, (s.metric, []))[1].append(s)
+
+        def sample(metric: MetricSpec, labels: tuple[str, ...], value: float) -> Sample:
+            return Sample(metric, labels, value)
+
+        self_samples = [sample(EXPORTER_BUILD_INFO, (__version__, self._root_label), 1.0)]
+        for name, st in sorted(status.items()):
+            self_samples += [sample(COLLECTOR_UP, (name,), 1.0 if st.up else 0.0),
+                             sample(COLLECTOR_DURATION, (name,), st.duration),
+                             sample(COLLECTOR_ERRORS, (name,), st.errors_total),
+                             sample(COLLECTOR_LAST_SUCCESS, (name,), st.last_run)]
+        for tick, (interval, count, late) in sorted(ticks.items()):
+            self_samples += [sample(TICK_INTERVAL, (tick,), interval), sample(TICKS, (tick,), count),
+                             sample(TICKS_LATE, (tick,), late)]
+        for s in self_samples:
+            by_metric.setdefault(s.metric.name, (s.metric, []))[1].append(s)
+
+        out = []
+        for metric, samples in sorted(by_metric.values(), key=lambda item: item[0].name):
+            family_name = metric.name.removesuffix("_total") if metric.type == "counter" else metric.name
+            family = Metric(family_name, metric.help, metric.type)
+            for s in sorted(samples, key=lambda s: s.labels):
+                family.add_sample(metric.name, dict(zip(metric.labels, s.labels)), float(s.value))
+            out.append(family)
+        return out
+
+
+class _Bridge:
+    """Hands the registry's families to prometheus_client's exposition code."""
+
+    def __init__(self, registry: Registry):
+        self._registry = registry
+
+    def collect(self):
+        return self._registry.families()

@@ -1,0 +1,87 @@
+"""Every read of the machine goes through a Root (contract section 6).
+
+The root is ``/`` on a live node, or a folder that stands in for a node in tests, bug
+reports and demos. Paths inside it are the machine's own (``sys/class/net/...``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class SourceError(Exception):
+    """A source could not be read or held a value that makes no sense.
+
+    ``where`` names the place (a file and line, a device, a call) so that the log line and
+    the bug report say exactly what was wrong; ``what`` says what.
+    """
+
+    def __init__(self, where: str, what: str):
+        super().__init__(f"{where}: {what}")
+        self.where = where
+        self.what = what
+
+
+# Git cannot store empty folders, so fixture trees hold a `.keep` file where a folder must
+# exist; it is never a counter or a device.
+IGNORED_NAMES = frozenset({".keep"})
+
+
+class Root:
+    def __init__(self, path: str | os.PathLike = "/"):
+        self.base = Path(path)
+        self.is_live = self.base.resolve() == Path("/")
+
+    def __repr__(self) -> str:
+        return f"Root({str(self.base)!r})"
+
+    def path(self, rel: str) -> Path:
+        return self.base / rel
+
+    def exists(self, rel: str) -> bool:
+        return (self.base / rel).exists()
+
+    def listdir(self, rel: str) -> list[str]:
+        """Names in a folder, sorted; an absent folder is empty."""
+        try:
+            return sorted(n for n in os.listdir(self.base / rel) if n not in IGNORED_NAMES)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as e:
+            raise SourceError(str(self.base / rel), e.strerror or str(e)) from e
+
+    def read_text(self, rel: str) -> str:
+        p = self.base / rel
+        try:
+            with open(p, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError as e:
+            # sysfs answers EINVAL for attributes that have no value right now (the speed
+            # of a link that is down); that is "unknown", still reported with its path.
+            raise SourceError(str(p), e.strerror or str(e)) from e
+
+    def read_str(self, rel: str) -> str:
+        return self.read_text(rel).strip()
+
+    def read_int(self, rel: str) -> int:
+        text = self.read_str(rel)
+        try:
+            return int(text, 0) if text.startswith("0x") else int(text)
+        except ValueError:
+            raise SourceError(str(self.base / rel), f"not an integer: {text[:40]!r}") from None
+
+    def read_optional_str(self, rel: str) -> str | None:
+        """The stripped content, or None when the file is absent or unreadable."""
+        try:
+            return self.read_str(rel)
+        except SourceError:
+            return None
+
+    def stat_key(self, rel: str) -> tuple[int, int] | None:
+        """(mtime_ns, size) of a file, to reuse a parse while it is unchanged."""
+        try:
+            st = os.stat(self.base / rel)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size)

@@ -1,0 +1,146 @@
+"""The sampler owns time: it runs collectors on a fast and a slow tick, off the event loop.
+
+Fast tick (default 0.2 s): what the fast-tick correlation needs (wire bytes, pause frames,
+GPU activity), then the derived counters (saturated seconds, network_state).
+Slow tick (default 1 s): NIC discovery and everything else.
+
+Each tick has its own worker thread, so a slow source (a hung sysfs read) delays only its
+own tick, and ticks of one kind never overlap: a tick that overruns delays the next,
+which is counted (gpunet_exporter_ticks_late_total) rather than piled up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from exporter.collectors.driver_stats import DriverStatsCollector
+from exporter.collectors.netdev import NetdevCollector
+from exporter.collectors.nic_info import NicInfoCollector
+from exporter.collectors.rdma import RdmaCollector
+from exporter.collectors.tcp import TcpCollector
+from exporter.collectors.wire import WireCollector
+from exporter.counters import MonotonicCounters
+from exporter.inventory import InventoryOptions, Nic, discover
+from exporter.link_load import LinkLoad
+from exporter.registry import Registry
+from exporter.root import Root, SourceError
+from exporter.samples import Collector, Sample, TickContext
+
+log = logging.getLogger("gpunet.exporter")
+
+MAX_LOGGED_PROBLEMS = 1000
+
+
+class Sampler:
+    def __init__(self, root: Root, registry: Registry, inventory: InventoryOptions,
+                 fast_interval: float = 0.2, slow_interval: float = 1.0,
+                 fast: list[Collector] | None = None, slow: list[Collector] | None = None):
+        self.root = root
+        self.registry = registry
+        self.inventory_options = inventory
+        self.fast_interval = fast_interval
+        self.slow_interval = slow_interval
+        self.wire = WireCollector(root)
+        self.fast: list[Collector] = fast if fast is not None else []
+        self.slow: list[Collector] = slow if slow is not None else [
+            NicInfoCollector(), NetdevCollector(root), RdmaCollector(root), DriverStatsCollector(root),
+            TcpCollector(root)]
+        self.link_load = LinkLoad()
+        self.nics: dict[str, Nic] = {}
+        self._counters: dict[str, MonotonicCounters] = {}
+        self._logged: set[tuple[str, str]] = set()
+        self._failing: set[str] = set()
+        self._fast_pool = ThreadPoolExecutor(1, thread_name_prefix="gpunet-fast")
+        self._slow_pool = ThreadPoolExecutor(1, thread_name_prefix="gpunet-slow")
+        self._tasks: list[asyncio.Task] = []
+        self.last_fast_tick = time.monotonic()
+
+    # --- one tick ---------------------------------------------------------------------
+    def slow_tick(self) -> None:
+        started = time.perf_counter()
+        errors: list[SourceError] = []
+        try:
+            self.nics = discover(self.root, self.inventory_options, errors)
+        except Exception as e:  # noqa: BLE001 - keep the last inventory, say why
+            errors.append(e if isinstance(e, SourceError) else SourceError("inventory", repr(e)))
+        self._report("inventory", [], time.perf_counter() - started, errors)
+        ctx = TickContext(time.monotonic(), self.nics)
+        for collector in self.slow:
+            self._run(collector, ctx)
+
+    def fast_tick(self) -> None:
+        ctx = TickContext(time.monotonic(), self.nics)
+        self.last_fast_tick = ctx.now
+        wire = self._run(self.wire, ctx)
+        started = time.perf_counter()
+        derived = self.link_load.update(ctx.now, ctx.nics, wire)
+        self.registry.publish("link_load", derived, time.perf_counter() - started, 0)
+        for collector in self.fast:
+            self._run(collector, ctx)
+
+    def _run(self, collector: Collector, ctx: TickContext) -> list[Sample]:
+        started = time.perf_counter()
+        errors: list[SourceError] = []
+        try:
+            samples = collector.collect(ctx, errors)
+        except SourceError as e:
+            errors.append(e)
+            samples = []
+        except Exception as e:  # noqa: BLE001 - a bug in one collector must not stop the others
+            log.exception("collector %s failed", collector.name)
+            errors.append(SourceError(collector.name, repr(e)))
+            samples = []
+        counters = self._counters.setdefault(collector.name, MonotonicCounters())
+        samples = counters.apply(samples)
+        self._report(collector.name, samples, time.perf_counter() - started, errors)
+        return samples
+
+    def _report(self, name: str, samples: list[Sample], duration: float, errors: list[SourceError]) -> None:
+        self.registry.publish(name, samples, duration, len(errors))
+        # Log each distinct problem once (a malformed file would otherwise log every tick).
+        for e in errors:
+            key = (name, str(e))
+            if key not in self._logged and len(self._logged) < MAX_LOGGED_PROBLEMS:
+                self._logged.add(key)
+                log.warning("collector %s: %s", name, e)
+        if errors:
+            self._failing.add(name)
+        elif name in self._failing:
+            self._failing.discard(name)
+            self._logged = {k for k in self._logged if k[0] != name}
+            log.info("collector %s: recovered", name)
+
+    # --- the loops --------------------------------------------------------------------
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._slow_pool, self.slow_tick)  # first inventory
+        await loop.run_in_executor(self._fast_pool, self.fast_tick)
+        self._tasks = [asyncio.create_task(self._loop("slow", self.slow_interval, self._slow_pool, self.slow_tick)),
+                       asyncio.create_task(self._loop("fast", self.fast_interval, self._fast_pool, self.fast_tick))]
+
+    async def _loop(self, tick: str, interval: float, pool: ThreadPoolExecutor, fn) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time()
+        while True:
+            deadline += interval
+            delay = deadline - loop.time()
+            late = delay < -interval
+            if late:
+                deadline = loop.time()  # skip the missed ticks instead of bursting
+            await asyncio.sleep(max(delay, 0.0))
+            await loop.run_in_executor(pool, fn)
+            self.registry.add_tick(tick, interval, late)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for pool in (self._fast_pool, self._slow_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
+        for collector in [self.wire, *self.fast, *self.slow]:
+            close = getattr(collector, "close", None)
+            if close is not None:
+                close()

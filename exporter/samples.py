@@ -1,0 +1,36 @@
+"""The boundary between collectors and everything after them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from exporter.inventory import Nic
+from exporter.root import SourceError
+from gpunet.contract import MetricSpec
+
+
+class Sample(NamedTuple):
+    metric: MetricSpec
+    labels: tuple[str, ...]  # values, in the order of metric.labels
+    value: float
+    # For counters read from hardware: the value at which the source wraps to zero
+    # (32-bit counters), so a wrap is told from a reset. None: a decrease is a reset.
+    wrap: float | None = None
+
+
+@dataclass(frozen=True)
+class TickContext:
+    """What a collector may know about the tick it runs in."""
+
+    now: float  # monotonic clock, seconds
+    nics: dict[str, Nic]
+
+
+class Collector(Protocol):
+    name: str
+
+    def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
+        """Read the source and return samples. Problems that cost only some series are
+        appended to ``errors``; a SourceError raised costs the collector's whole run."""
+        ...

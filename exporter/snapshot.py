@@ -1,0 +1,86 @@
+"""`gpunet-exporter snapshot OUT_DIR`: write this node as a fixture folder (contract section 6).
+
+The folder holds every file the exporter reads, copied, plus the driver statistics in
+the text form of `ethtool -S`, so a user can attach their node to a bug report and the
+exporter run with `--root OUT_DIR` shows the same counters.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from exporter.inventory import InventoryOptions, discover
+from exporter.readers.ethtool import DriverStatsReader
+from exporter.readers.netdev import NET
+from exporter.readers.rdma import IB
+from exporter.root import Root, SourceError
+
+NETDEV_FILES = ("speed", "operstate", "carrier", "carrier_changes", "mtu", "type", "address", "dev_port",
+                "statistics/*")
+PCI_FILES = ("uevent", "numa_node", "current_link_speed", "max_link_speed", "current_link_width",
+             "max_link_width", "vendor", "device")
+PORT_FILES = ("link_layer", "rate", "state", "phys_state", "gid_attrs/ndevs/0", "counters/*",
+              "hw_counters/*", "counters_ext/*")
+RDMA_DEVICE_FILES = ("node_type", "fw_ver", "hca_type", "board_id")
+PROC_FILES = ("proc/net/snmp", "proc/net/netstat")
+
+
+class _Writer:
+    def __init__(self, src: Root, out: Path):
+        self.src, self.out, self.count = src, out, 0
+
+    def text(self, rel: str, content: str) -> None:
+        dest = self.out / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(content)
+        self.count += 1
+
+    def copy(self, rel_dir: str, patterns: tuple[str, ...]) -> None:
+        for pattern in patterns:
+            folder, _, name = pattern.rpartition("/")
+            base = f"{rel_dir}/{folder}" if folder else rel_dir
+            names = self.src.listdir(base) if name == "*" else [name]
+            for n in names:
+                rel = f"{base}/{n}"
+                if not self.src.path(rel).is_file():
+                    continue
+                try:
+                    self.text(rel, self.src.read_text(rel))
+                except SourceError:
+                    pass  # write-only or EINVAL attributes have no value to keep
+
+    def keep(self, rel_dir: str) -> None:
+        self.text(f"{rel_dir}/.keep", "")
+
+
+def write_snapshot(src: Root, out_dir: str | os.PathLike) -> int:
+    out = Path(out_dir)
+    w = _Writer(src, out)
+    nics = discover(src, InventoryOptions(exclude=None), [])
+    stats = DriverStatsReader(src)
+    try:
+        for nic in nics.values():
+            if nic.netdev:
+                w.copy(f"{NET}/{nic.netdev}", NETDEV_FILES)
+                w.copy(f"{NET}/{nic.netdev}/device", PCI_FILES)
+                try:
+                    values = stats.read(nic.netdev, [])
+                except SourceError:
+                    values = None
+                if values:
+                    lines = ["NIC statistics:"] + [f"     {k}: {v}" for k, v in values.items()]
+                    w.text(f"ethtool/{nic.netdev}.txt", "\n".join(lines) + "\n")
+            if nic.rdma is not None:
+                w.copy(nic.rdma.base, PORT_FILES)
+                rdma_dir = f"{IB}/{nic.rdma.device}"
+                w.copy(rdma_dir, RDMA_DEVICE_FILES)
+                w.copy(f"{rdma_dir}/device", ("uevent", "numa_node"))
+                if nic.netdev:
+                    w.keep(f"{rdma_dir}/device/net/{nic.netdev}")
+    finally:
+        stats.close()
+    for rel in PROC_FILES:
+        if src.exists(rel):
+            w.text(rel, src.read_text(rel))
+    return w.count

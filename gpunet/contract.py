@@ -1,0 +1,146 @@
+"""The names, units and labels of every series gpunet exports or reads.
+
+This module is the code form of shared/spec/contract.md: the exporter, the diagnoser, the
+simulator, the dashboards' tests and the unit tests all import a metric's name from here,
+so that it is written exactly once. Metrics marked ``contract=True`` are the public
+contract; the others are extras users expect beside them (they may evolve, but are
+documented in docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricType = Literal["counter", "gauge"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    type: MetricType
+    help: str
+    labels: tuple[str, ...] = ()
+    contract: bool = False
+
+    def __post_init__(self) -> None:
+        # Conventions of contract section 1, checked when the module is imported.
+        assert self.name.startswith("gpunet_"), self.name
+        assert (self.type == "counter") == self.name.endswith("_total"), self.name
+
+
+def _m(name: str, type_: MetricType, help_: str, labels: tuple[str, ...] = (), contract: bool = False) -> MetricSpec:
+    return MetricSpec(name, type_, help_, labels, contract)
+
+
+DEV = ("device",)
+
+# --- NIC (contract section 2) -------------------------------------------------------------
+NIC_INFO = _m("gpunet_nic_info", "gauge", "One per NIC port; empty string where unknown.",
+              ("device", "rdma_device", "port", "driver", "link_layer", "numa_node", "pci_address"), True)
+NIC_LINK_SPEED = _m("gpunet_nic_link_speed_bytes_per_second", "gauge", "Negotiated link speed.", DEV, True)
+NIC_UP = _m("gpunet_nic_up", "gauge", "1 when operstate is up and carrier present, else 0.", DEV, True)
+NIC_CARRIER_CHANGES = _m("gpunet_nic_carrier_changes_total", "counter", "Link flaps (carrier changes).", DEV, True)
+NIC_RECEIVE_BYTES = _m("gpunet_nic_receive_bytes_total", "counter",
+                       "Bytes received on the wire, RDMA included.", DEV, True)
+NIC_TRANSMIT_BYTES = _m("gpunet_nic_transmit_bytes_total", "counter",
+                        "Bytes sent on the wire, RDMA included.", DEV, True)
+NIC_PFC_PAUSE_FRAMES = _m("gpunet_nic_pfc_pause_frames_total", "counter",
+                          "PFC pause frames per priority (global: 802.3x pause) and direction.",
+                          ("device", "direction", "priority"), True)
+NIC_ECN_MARKED = _m("gpunet_nic_ecn_marked_packets_total", "counter",
+                    "RoCE packets received with an ECN CE mark (notification point).", DEV, True)
+NIC_CNP_SENT = _m("gpunet_nic_cnp_sent_total", "counter",
+                  "Congestion notification packets sent (notification point).", DEV, True)
+NIC_CNP_RECEIVED = _m("gpunet_nic_cnp_received_total", "counter",
+                      "CNPs handled by the rate limiter (reaction point).", DEV, True)
+NIC_RDMA_LOSS_EVENTS = _m("gpunet_nic_rdma_loss_events_total", "counter",
+                          "RDMA go-back-N triggers: out-of-sequence packets received, NAK-sequence errors, "
+                          "local ACK timeouts.", ("device", "kind"), True)
+NIC_RECEIVE_DISCARDS = _m("gpunet_nic_receive_discards_total", "counter",
+                          "Packets the NIC dropped for lack of buffer or by policy.", DEV, True)
+NIC_SATURATED_SECONDS = _m("gpunet_nic_saturated_seconds_total", "counter",
+                           "Time, at the exporter's fast tick, during which the direction ran at >= 90% of "
+                           "link speed.", ("device", "direction"), True)
+
+# --- NIC extras ----------------------------------------------------------------------------
+NODE_NETWORK_STATE_SECONDS = _m("gpunet_node_network_state_seconds_total", "counter",
+                                 "Time the node's training-fabric NICs spent in each network_state (contract "
+                                 "section 2), at the fast tick.", ("network_state",))
+NIC_PFC_PAUSE_DURATION = _m("gpunet_nic_pfc_pause_duration_seconds_total", "counter",
+                            "Time the port was paused (receive) or asked its peer to pause (transmit), where "
+                            "the driver counts it.", ("device", "direction", "priority"))
+NIC_TRANSMIT_DISCARDS = _m("gpunet_nic_transmit_discards_total", "counter",
+                           "Packets the NIC dropped on transmit.", DEV)
+NIC_RECEIVE_ERRORS = _m("gpunet_nic_receive_errors_total", "counter",
+                        "Frames received with errors on the wire (CRC, symbol, malformed).", DEV)
+NIC_LINK_DOWNED = _m("gpunet_nic_link_downed_total", "counter",
+                     "Times the link failed to recover and went down (InfiniBand link_downed).", DEV)
+NIC_RDMA_OUT_OF_BUFFER = _m("gpunet_nic_rdma_out_of_buffer_total", "counter",
+                            "RDMA packets dropped because no receive WQE was posted.", DEV)
+NIC_MTU = _m("gpunet_nic_mtu_bytes", "gauge", "MTU of the netdev.", DEV)
+NIC_NETDEV_RECEIVE_BYTES = _m("gpunet_nic_netdev_receive_bytes_total", "counter",
+                              "Bytes the kernel's network stack received (RDMA not included).", DEV)
+NIC_NETDEV_TRANSMIT_BYTES = _m("gpunet_nic_netdev_transmit_bytes_total", "counter",
+                               "Bytes the kernel's network stack sent (RDMA not included).", DEV)
+NIC_NETDEV_RECEIVE_PACKETS = _m("gpunet_nic_netdev_receive_packets_total", "counter",
+                                "Packets the kernel's network stack received.", DEV)
+NIC_NETDEV_TRANSMIT_PACKETS = _m("gpunet_nic_netdev_transmit_packets_total", "counter",
+                                 "Packets the kernel's network stack sent.", DEV)
+NIC_NETDEV_RECEIVE_ERRORS = _m("gpunet_nic_netdev_receive_errors_total", "counter", "Netdev rx_errors.", DEV)
+NIC_NETDEV_TRANSMIT_ERRORS = _m("gpunet_nic_netdev_transmit_errors_total", "counter", "Netdev tx_errors.", DEV)
+NIC_NETDEV_RECEIVE_DROPS = _m("gpunet_nic_netdev_receive_drops_total", "counter", "Netdev rx_dropped.", DEV)
+NIC_NETDEV_TRANSMIT_DROPS = _m("gpunet_nic_netdev_transmit_drops_total", "counter", "Netdev tx_dropped.", DEV)
+
+# --- TCP (contract section 2, plus extras) -------------------------------------------------
+TCP_RETRANSMITTED = _m("gpunet_tcp_retransmitted_segments_total", "counter", "TCP RetransSegs of the node.",
+                       (), True)
+TCP_SENT = _m("gpunet_tcp_sent_segments_total", "counter", "TCP OutSegs of the node.", (), True)
+TCP_RECEIVED = _m("gpunet_tcp_received_segments_total", "counter", "TCP InSegs of the node.")
+TCP_TIMEOUTS = _m("gpunet_tcp_timeouts_total", "counter", "TCP retransmission timeouts (TcpExt TCPTimeouts).")
+
+# --- GPU (contract section 2) --------------------------------------------------------------
+GPU_INFO = _m("gpunet_gpu_info", "gauge", "One per GPU.", ("gpu", "uuid", "model", "pci_address", "numa_node"), True)
+GPU_UTILIZATION = _m("gpunet_gpu_utilization_ratio", "gauge",
+                     "Latest NVML utilization (time a kernel ran / sample period).", ("gpu",), True)
+GPU_BUSY_SECONDS = _m("gpunet_gpu_busy_seconds_total", "counter",
+                      "Integral over time of NVML utilization: seconds in which a kernel ran.", ("gpu",), True)
+GPU_IDLE_SECONDS = _m("gpunet_gpu_idle_seconds_total", "counter",
+                      "Complement of busy seconds, split by what the node's network did in the same fast tick.",
+                      ("gpu", "network_state"), True)
+GPU_THROTTLED_SECONDS = _m("gpunet_gpu_throttled_seconds_total", "counter",
+                           "Time an NVML clock-event reason that slows the GPU was active.", ("gpu", "reason"), True)
+GPU_SM_CLOCK = _m("gpunet_gpu_sm_clock_hertz", "gauge", "SM clock.", ("gpu",), True)
+
+# --- Exporter self-metrics -----------------------------------------------------------------
+EXPORTER_BUILD_INFO = _m("gpunet_exporter_build_info", "gauge", "Version of the running exporter.",
+                         ("version", "root"))
+COLLECTOR_UP = _m("gpunet_exporter_collector_up", "gauge",
+                  "1 when the collector's last run read every source without error.", ("collector",))
+COLLECTOR_DURATION = _m("gpunet_exporter_collector_duration_seconds", "gauge",
+                        "How long the collector's last run took.", ("collector",))
+COLLECTOR_ERRORS = _m("gpunet_exporter_collector_errors_total", "counter",
+                      "Source errors the collector met (unreadable or malformed value, device gone).",
+                      ("collector",))
+COLLECTOR_LAST_SUCCESS = _m("gpunet_exporter_collector_last_run_timestamp_seconds", "gauge",
+                            "Unix time of the collector's last run.", ("collector",))
+TICKS = _m("gpunet_exporter_ticks_total", "counter", "Sampler ticks run.", ("tick",))
+TICKS_LATE = _m("gpunet_exporter_ticks_late_total", "counter",
+                "Ticks that started more than one interval late (the previous tick overran).", ("tick",))
+TICK_INTERVAL = _m("gpunet_exporter_tick_interval_seconds", "gauge", "Configured tick interval.", ("tick",))
+
+# --- Enumerations the contract fixes -------------------------------------------------------
+DIRECTIONS = ("receive", "transmit")
+PFC_PRIORITIES = tuple(str(p) for p in range(8)) + ("global",)
+RDMA_LOSS_KINDS = ("out_of_sequence", "sequence_error", "ack_timeout")
+NETWORK_STATES = ("paused", "saturated", "active", "quiet")  # first match wins, in this order
+THROTTLE_REASONS = ("sw_power_cap", "sw_thermal", "hw_slowdown", "hw_thermal", "hw_power_brake")
+SATURATED_RATIO = 0.90  # a direction at >= 90% of link speed is saturated
+ACTIVE_RATIO = 0.05  # ... and at >= 5% active
+BOTTLENECK_CLASSES = ("network_bandwidth", "network_congestion", "pfc_storm", "packet_loss",
+                      "link_degraded", "gpu_throttle", "straggler", "host_bound")
+
+DEFAULT_PORT = 9845
+
+ALL_METRICS: tuple[MetricSpec, ...] = tuple(v for v in list(globals().values()) if isinstance(v, MetricSpec))
+BY_NAME: dict[str, MetricSpec] = {m.name: m for m in ALL_METRICS}
