@@ -23,7 +23,7 @@ class DriverCounters:
     wire_tx_bytes: tuple[str, ...] = ()
     pause_frames: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (direction, priority)
     pause_duration: dict[str, tuple[str, str]] = field(default_factory=dict)
-    pause_duration_unit: float = 1e-6  # seconds per driver unit
+    pause_duration_units_per_second: float = 1e6  # the driver counts microseconds
     rx_discards: tuple[str, ...] = ()
     tx_discards: tuple[str, ...] = ()
     rx_errors: tuple[str, ...] = ()
@@ -57,7 +57,6 @@ MLX5 = DriverCounters(
                     **_per_priority("tx_prio{p}_pause_duration", "transmit"),
                     "rx_global_pause_duration": ("receive", "global"),
                     "tx_global_pause_duration": ("transmit", "global")},
-    pause_duration_unit=1e-6,  # mlx5 counts pause duration in microseconds
     rx_discards=("rx_discards_phy",),
     tx_discards=("tx_discards_phy",),
     rx_errors=("rx_crc_errors_phy",),
@@ -80,7 +79,6 @@ BNXT = DriverCounters(
                   "rx_pause_frames": ("receive", "global"), "tx_pause_frames": ("transmit", "global")},
     pause_duration={**_per_priority("rx_pfc_ena_duration_us_pri{p}", "receive"),
                     **_per_priority("tx_pfc_ena_duration_us_pri{p}", "transmit")},
-    pause_duration_unit=1e-6,
     rx_discards=("rx_discard_packets", "rx_total_discard_pkts"),
     tx_discards=("tx_discard_packets", "tx_total_discard_pkts"),
     rx_errors=("rx_fcs_err_frames",),

@@ -144,3 +144,19 @@ DEFAULT_PORT = 9845
 
 ALL_METRICS: tuple[MetricSpec, ...] = tuple(v for v in list(globals().values()) if isinstance(v, MetricSpec))
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in ALL_METRICS}
+
+
+def metrics_markdown() -> str:
+    """docs/metrics.md, generated: `python -m gpunet.contract > docs/metrics.md`."""
+    lines = ["# Metrics", "",
+             "Generated from `gpunet/contract.py` (`python -m gpunet.contract > docs/metrics.md`).",
+             "Contract metrics are the public surface of shared/spec/contract.md; extras may evolve.", "",
+             "| name | type | labels | contract | meaning |", "|---|---|---|---|---|"]
+    for m in ALL_METRICS:
+        lines.append(f"| `{m.name}` | {m.type} | {', '.join(m.labels) or '-'} | {'yes' if m.contract else ''} "
+                     f"| {m.help} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(metrics_markdown(), end="")

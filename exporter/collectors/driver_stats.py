@@ -39,7 +39,7 @@ class DriverStatsCollector:
                 if name in stats and (direction, priority) not in seen:
                     seen.add((direction, priority))
                     samples.append(Sample(NIC_PFC_PAUSE_DURATION, (nic.device, direction, priority),
-                                          stats[name] * table.pause_duration_unit))
+                                          stats[name] / table.pause_duration_units_per_second))
             for names, metric in ((table.rx_discards, NIC_RECEIVE_DISCARDS),
                                   (table.tx_discards, NIC_TRANSMIT_DISCARDS),
                                   (table.rx_errors, NIC_RECEIVE_ERRORS)):

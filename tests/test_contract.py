@@ -1,0 +1,29 @@
+"""The contract module matches the contract document, and the docs match the module."""
+
+import re
+from pathlib import Path
+
+from gpunet import contract
+
+REPO = Path(__file__).resolve().parent.parent
+SPEC = REPO.parent / "shared" / "spec" / "contract.md"
+
+
+def test_docs_metrics_is_generated_from_the_contract_module():
+    assert (REPO / "docs" / "metrics.md").read_text() == contract.metrics_markdown()
+
+
+def test_every_metric_of_the_contract_document_is_defined_with_its_labels():
+    if not SPEC.exists():
+        import pytest
+        pytest.skip("shared/spec/contract.md not beside the repository")
+    rows = re.findall(r"^\| `(gpunet_[a-z_]+)` \| (gauge|counter)[^|]*\| ([^|]*)\|", SPEC.read_text(), re.M)
+    assert len(rows) >= 20
+    for name, type_, labels in rows:
+        spec = contract.BY_NAME.get(name)
+        assert spec is not None, f"{name} missing from gpunet/contract.py"
+        assert spec.type == type_ and spec.contract, name
+        expected = tuple(re.findall(r"\b(device|direction|priority|kind|gpu|uuid|model|pci_address|numa_node|"
+                                    r"rdma_device|port|driver|link_layer|network_state|reason)\b",
+                                    re.sub(r"\([^)]*\)", "", labels)))
+        assert spec.labels == expected, (name, spec.labels, expected)

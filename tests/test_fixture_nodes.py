@@ -1,0 +1,194 @@
+"""The exporter over fixture nodes: each value checked against the fixture's own files, and
+counters followed as the files change between ticks (wraps, resets, vanishing NICs)."""
+
+import shutil
+from pathlib import Path
+
+from conftest import FIXTURES
+from exporter_harness import Node
+
+IB = "sys/class/infiniband"
+
+
+def ethtool(root: Path, device: str) -> dict[str, int]:
+    out = {}
+    for line in (root / "ethtool" / f"{device}.txt").read_text().splitlines():
+        key, sep, value = line.strip().rpartition(": ")
+        if sep and value.isdigit():
+            out[key] = int(value)
+    return out
+
+
+def sysfs_int(root: Path, rel: str) -> int:
+    return int((root / rel).read_text().strip())
+
+
+def set_ethtool(root: Path, device: str, **values: int) -> None:
+    path = root / "ethtool" / f"{device}.txt"
+    lines = []
+    for line in path.read_text().splitlines():
+        key = line.strip().rpartition(": ")[0]
+        lines.append(f"     {key}: {values[key]}" if key in values else line)
+    path.write_text("\n".join(lines) + "\n")
+
+
+# --- roce-mlx5 ---------------------------------------------------------------------------
+
+def test_roce_ports_count_the_wire_not_the_kernel():
+    root = FIXTURES / "roce-mlx5"
+    node = Node(root).tick().tick(slow=False)
+    for dev in ("ens1f0np0", "ens1f1np1"):
+        stats = ethtool(root, dev)
+        assert node.value("gpunet_nic_transmit_bytes_total", device=dev) == stats["tx_bytes_phy"]
+        assert node.value("gpunet_nic_receive_bytes_total", device=dev) == stats["rx_bytes_phy"]
+        # RDMA bypasses the kernel: the netdev counters are kept, under their own name.
+        kernel = sysfs_int(root, f"sys/class/net/{dev}/statistics/tx_bytes")
+        assert node.value("gpunet_nic_netdev_transmit_bytes_total", device=dev) == kernel
+        assert kernel < stats["tx_bytes_phy"]
+
+
+def test_roce_pfc_ecn_cnp_and_loss_counters():
+    root = FIXTURES / "roce-mlx5"
+    node = Node(root).tick().tick(slow=False)
+    stats = ethtool(root, "ens1f0np0")
+    hw = f"{IB}/mlx5_0/ports/1/hw_counters"
+    assert node.value("gpunet_nic_pfc_pause_frames_total", device="ens1f0np0", direction="transmit",
+                      priority="3") == stats["tx_prio3_pause"]
+    assert node.value("gpunet_nic_pfc_pause_frames_total", device="ens1f0np0", direction="receive",
+                      priority="3") == stats["rx_prio3_pause"]
+    assert node.value("gpunet_nic_pfc_pause_duration_seconds_total", device="ens1f0np0", direction="receive",
+                      priority="3") == stats["rx_prio3_pause_duration"] / 1e6
+    assert node.value("gpunet_nic_ecn_marked_packets_total", device="ens1f0np0") == \
+        sysfs_int(root, f"{hw}/np_ecn_marked_roce_packets")
+    assert node.value("gpunet_nic_cnp_sent_total", device="ens1f0np0") == sysfs_int(root, f"{hw}/np_cnp_sent")
+    assert node.value("gpunet_nic_cnp_received_total", device="ens1f0np0") == sysfs_int(root, f"{hw}/rp_cnp_handled")
+    for kind, name in (("out_of_sequence", "out_of_sequence"), ("sequence_error", "packet_seq_err"),
+                       ("ack_timeout", "local_ack_timeout_err")):
+        assert node.value("gpunet_nic_rdma_loss_events_total", device="ens1f0np0", kind=kind) == \
+            sysfs_int(root, f"{hw}/{name}")
+    assert node.value("gpunet_nic_receive_discards_total", device="ens1f0np0") == stats["rx_discards_phy"]
+
+
+def test_nic_info_names_rdma_device_numa_and_pci():
+    root = FIXTURES / "roce-mlx5"
+    info = Node(root).tick().series("gpunet_nic_info")
+    labels = {dict(k)["device"]: dict(k) for k in info}
+    assert labels["ens1f1np1"] == {"device": "ens1f1np1", "rdma_device": "mlx5_1", "port": "1",
+                                   "driver": "mlx5_core", "link_layer": "Ethernet", "numa_node": "1",
+                                   "pci_address": "0000:17:00.1"}
+    assert labels["eno1"]["rdma_device"] == "" and labels["eno1"]["driver"] != ""
+    assert "lo" not in labels
+    speed = Node(root).tick().value("gpunet_nic_link_speed_bytes_per_second", device="ens1f0np0")
+    assert speed == sysfs_int(root, "sys/class/net/ens1f0np0/speed") * 1e6 / 8
+
+
+def test_unknown_driver_still_gets_netdev_bytes_speed_and_tcp():
+    root = FIXTURES / "roce-mlx5"
+    node = Node(root).tick().tick(slow=False)
+    assert node.value("gpunet_nic_transmit_bytes_total", device="eno1") == \
+        sysfs_int(root, "sys/class/net/eno1/statistics/tx_bytes")
+    assert node.value("gpunet_nic_up", device="eno1") == 1.0
+    snmp = (root / "proc/net/snmp").read_text().splitlines()
+    tcp_head, tcp_values = [l.split()[1:] for l in snmp if l.startswith("Tcp:")]
+    tcp = dict(zip(tcp_head, map(int, tcp_values)))
+    assert node.value("gpunet_tcp_retransmitted_segments_total") == tcp["RetransSegs"]
+    assert node.value("gpunet_tcp_sent_segments_total") == tcp["OutSegs"]
+
+
+# --- InfiniBand ----------------------------------------------------------------------------
+
+def test_infiniband_data_counters_are_four_octet_words_and_prefer_64bit():
+    root = FIXTURES / "ib-mlx5"
+    node = Node(root).tick().tick(slow=False)
+    devices = {dict(k)["device"] for k in node.series("gpunet_nic_info")}
+    assert "mlx5_1:1" in devices  # a port without netdev is named rdma_device:port
+    for device in devices:
+        info = next(dict(k) for k in node.series("gpunet_nic_info") if dict(k)["device"] == device)
+        port = f"{IB}/{info['rdma_device']}/ports/{info['port']}"
+        if (root / port / "counters_ext/port_xmit_data_64").exists():
+            expected = sysfs_int(root, f"{port}/counters_ext/port_xmit_data_64") * 4
+        else:
+            expected = sysfs_int(root, f"{port}/counters/port_xmit_data") * 4
+        assert node.value("gpunet_nic_transmit_bytes_total", device=device) == expected, device
+        assert node.value("gpunet_nic_link_speed_bytes_per_second", device=device) == 400e9 / 8
+        assert info["link_layer"] == "InfiniBand"
+
+
+def test_ib_32bit_wrap_keeps_counting(node_copy):
+    root = node_copy("ib-mlx5")
+    ports = [p for p in (root / IB).glob("*/ports/1") if not (p / "counters_ext").exists()]
+    port = ports[0]
+    (port / "counters/port_xmit_data").write_text(f"{2**32 - 10}\n")
+    node = Node(root).tick()
+    device = next(dict(k)["device"] for k in node.series("gpunet_nic_info")
+                  if dict(k)["rdma_device"] == port.parent.parent.name)
+    before = node.value("gpunet_nic_transmit_bytes_total", device=device)
+    (port / "counters/port_xmit_data").write_text("5\n")
+    node.tick(slow=False)
+    assert node.value("gpunet_nic_transmit_bytes_total", device=device) - before == 15 * 4
+
+
+# --- counters over time ----------------------------------------------------------------------
+
+def test_driver_counter_deltas_reset_and_monotonic(node_copy):
+    root = node_copy("roce-mlx5")
+    start = ethtool(root, "ens1f0np0")["tx_bytes_phy"]
+    node = Node(root).tick()
+    set_ethtool(root, "ens1f0np0", tx_bytes_phy=start + 10**9)
+    node.tick(slow=False)
+    assert node.value("gpunet_nic_transmit_bytes_total", device="ens1f0np0") == start + 10**9
+    set_ethtool(root, "ens1f0np0", tx_bytes_phy=1234)  # driver reload: counter restarts
+    node.tick(slow=False)
+    assert node.value("gpunet_nic_transmit_bytes_total", device="ens1f0np0") == start + 10**9 + 1234
+
+
+def test_nic_vanishing_between_ticks_costs_only_its_series(node_copy):
+    root = node_copy("roce-mlx5")
+    node = Node(root).tick()
+    shutil.rmtree(root / "sys/class/net/ens1f1np1")
+    shutil.rmtree(root / IB / "mlx5_1")
+    (root / "ethtool/ens1f1np1.txt").unlink()
+    node.tick(slow=False)  # the inventory still lists it: the read fails
+    assert node.value("gpunet_exporter_collector_up", collector="wire") == 0.0
+    assert node.value("gpunet_exporter_collector_errors_total", collector="wire") >= 1
+    assert node.value("gpunet_nic_transmit_bytes_total", device="ens1f0np0") is not None
+    node.tick()  # rediscovered without it
+    assert not any(dict(k).get("device") == "ens1f1np1" for (name, k) in node.values())
+    assert node.value("gpunet_exporter_collector_up", collector="wire") == 1.0
+    assert node.value("gpunet_nic_transmit_bytes_total", device="ens1f0np0") is not None
+
+
+# --- vendors -------------------------------------------------------------------------------
+
+def test_every_vendor_fixture_maps_wire_bytes_pfc_and_loss():
+    for name in ("bnxt", "e810"):
+        root = FIXTURES / name
+        node = Node(root).tick().tick(slow=False)
+        rdma_nics = [dict(k) for k in node.series("gpunet_nic_info") if dict(k)["rdma_device"]]
+        assert rdma_nics, name
+        for info in rdma_nics:
+            dev = info["device"]
+            kernel = sysfs_int(root, f"sys/class/net/{dev}/statistics/tx_bytes")
+            wire = node.value("gpunet_nic_transmit_bytes_total", device=dev)
+            assert wire is not None and wire > kernel, (name, dev)  # the wire counter, not the kernel's
+            assert node.value("gpunet_nic_pfc_pause_frames_total", device=dev, direction="transmit",
+                              priority="3") is not None, (name, dev)
+            kinds = {dict(k)["kind"] for k in node.series("gpunet_nic_rdma_loss_events_total")
+                     if dict(k)["device"] == dev}
+            assert kinds, (name, dev)
+            assert node.value("gpunet_nic_cnp_received_total", device=dev) is not None, (name, dev)
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+def test_broken_node_loses_only_what_is_broken():
+    root = FIXTURES / "broken"
+    node = Node(root).tick().tick(slow=False)
+    values = node.values()
+    assert values  # still serves
+    assert node.value("gpunet_exporter_collector_up", collector="tcp") == 0.0
+    assert node.value("gpunet_exporter_collector_errors_total", collector="tcp") >= 1
+    assert node.value("gpunet_exporter_collector_up", collector="netdev") == 0.0
+    devices = {dict(k)["device"] for k in node.series("gpunet_nic_info")}
+    healthy = [d for d in devices if node.value("gpunet_nic_up", device=d) is not None]
+    assert healthy  # the NICs that read fine keep their series

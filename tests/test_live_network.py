@@ -1,0 +1,182 @@
+"""Live network tests: the real exporter, real traffic, real kernel counters. No mocks.
+
+Two network namespaces, A and B (named after this process's pid), are joined by a veth
+pair: gva (198.18.0.1/30) in A, gvb (198.18.0.2/30) in B. A's egress is shaped to
+200 Mbit/s with tbf, and the exporter runs inside A, told that gva is a 200 Mbit link of
+the training fabric. iperf3 drives TCP from A to B; the kernel's own counters (sysfs,
+nstat) and iperf3's report are the references the exporter is checked against.
+
+Each test gets fresh namespaces and a fresh exporter (so the per-namespace kernel counters
+start quiet), and the fixture's finalizer kills every process inside them by pid and
+deletes them, whatever the test did (test 3 deletes the veth itself).
+
+Run: pytest -m netns tests/test_live_network.py -s   (root; ip, tc, nft, iperf3, curl, nstat)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import netns as nx  # noqa: E402
+
+pytestmark = [pytest.mark.netns,
+              pytest.mark.skipif(nx.why_not_runnable() is not None, reason=nx.why_not_runnable() or "")]
+
+RATE_MBIT = 200
+IPERF_PORT = 5201
+DEV = "gva"
+
+TX = "gpunet_nic_transmit_bytes_total"
+SAT = "gpunet_nic_saturated_seconds_total"
+STATE = "gpunet_node_network_state_seconds_total"
+RETRANS = "gpunet_tcp_retransmitted_segments_total"
+SENT = "gpunet_tcp_sent_segments_total"
+
+
+@pytest.fixture
+def lab():
+    lab = nx.make_lab(RATE_MBIT)
+    yield lab
+    lab.close()
+
+
+@pytest.fixture
+def exporter(lab, tmp_path):
+    exp = nx.Exporter(lab.a, [f"--link-speed={DEV}={RATE_MBIT}Mbit", f"--nic-include=^{DEV}$",
+                              f"--fabric-devices={DEV}"], tmp_path / "exporter.log")
+    lab.cleanups.append(exp.stop)  # runs before the namespaces go, even if the test failed
+    exp.wait_healthy()
+    # Two fast ticks have run once the saturated-seconds series exists (it needs a rate).
+    exp.wait_for(lambda s: s.get(SAT, device=DEV, direction="transmit") is not None
+                 and s.get(RETRANS) is not None, what="gva and tcp series")
+    return exp
+
+
+def pct(a: float, b: float) -> float:
+    return 100.0 * (a - b) / b
+
+
+def test_bytes_and_saturation(lab, exporter):
+    before = exporter.scrape()
+    kernel_before = lab.tx_bytes()
+
+    result = nx.iperf3(lab.a, lab.b, nx.ADDR_B, 4, IPERF_PORT)
+    sent_bytes = result["end"]["sum_sent"]["bytes"]
+    duration = result["end"]["sum_sent"]["seconds"]
+    time.sleep(1.0)  # queue drained; several fast ticks have read the final counters
+
+    kernel_delta = lab.tx_bytes() - kernel_before
+    after = exporter.scrape()
+    exp_delta = after.value(TX, device=DEV) - before.value(TX, device=DEV)
+    sat_delta = (after.value(SAT, device=DEV, direction="transmit")
+                 - before.value(SAT, device=DEV, direction="transmit"))
+    state_delta = (after.value(STATE, network_state="saturated")
+                   - before.value(STATE, network_state="saturated"))
+
+    # Control phase: the link idles; nothing may count as saturated.
+    time.sleep(2.0)
+    idle = exporter.scrape()
+    idle_sat = (idle.value(SAT, device=DEV, direction="transmit")
+                - after.value(SAT, device=DEV, direction="transmit"))
+    idle_state = idle.value(STATE, network_state="saturated") - after.value(STATE, network_state="saturated")
+    idle_quiet = idle.value(STATE, network_state="quiet") - after.value(STATE, network_state="quiet")
+
+    print(f"\n[bytes] kernel tx delta {kernel_delta} B, exporter tx delta {exp_delta:.0f} B "
+          f"({pct(exp_delta, kernel_delta):+.3f}%); iperf3 sent {sent_bytes} B in {duration:.3f} s "
+          f"({sent_bytes * 8 / duration / 1e6:.1f} Mbit/s); wire vs iperf3 {pct(exp_delta, sent_bytes):+.2f}%")
+    print(f"[saturation] saturated {sat_delta:.3f} s vs iperf3 {duration:.3f} s "
+          f"({pct(sat_delta, duration):+.1f}%); network_state=saturated +{state_delta:.3f} s; "
+          f"idle 2 s: saturated +{idle_sat:.3f} s, state saturated +{idle_state:.3f} s, quiet +{idle_quiet:.3f} s")
+
+    assert kernel_delta > sent_bytes > 0
+    assert abs(exp_delta - kernel_delta) <= 0.01 * kernel_delta, "exporter tx bytes disagree with the kernel"
+    assert exp_delta >= sent_bytes, "the wire carried less than iperf3 says it sent"
+    assert exp_delta <= 1.05 * sent_bytes, "wire bytes exceed iperf3's payload by more than header overhead"
+    assert abs(sat_delta - duration) <= 0.25 * duration, "saturated seconds do not match the shaped transfer"
+    assert abs(state_delta - duration) <= 0.25 * duration, "network_state=saturated does not match the transfer"
+    assert idle_sat == 0, "saturated seconds grew on an idle link"
+    assert idle_state == 0, "network_state=saturated grew on an idle link"
+    assert idle_quiet >= 1.5, "an idle fabric link did not count as quiet"
+
+
+NFT_LOSS = """
+table inet gpunet_loss {{
+    chain prerouting {{
+        type filter hook prerouting priority -300; policy accept;
+        ip saddr {src} tcp dport {port} numgen random mod 100 < 2 drop
+    }}
+}}
+"""
+
+
+def test_retransmits(lab, exporter):
+    lab.b.run(["nft", "-f", "-"], input=NFT_LOSS.format(src=nx.ADDR_A, port=IPERF_PORT))
+    nstat_before = lab.a.nstat("TcpRetransSegs")
+    exp_before = exporter.scrape().value(RETRANS)
+
+    result = nx.iperf3(lab.a, lab.b, nx.ADDR_B, 3, IPERF_PORT)
+    # A dropped FIN is retransmitted after an RTO (>= 200 ms): wait until the kernel's count
+    # settles, then past the exporter's next slow tick (1 s).
+    last, deadline = lab.a.nstat("TcpRetransSegs"), time.monotonic() + 5
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = lab.a.nstat("TcpRetransSegs")
+        if now == last:
+            break
+        last = now
+    time.sleep(1.5)
+
+    exp_after = exporter.scrape().value(RETRANS)
+    nstat_after = lab.a.nstat("TcpRetransSegs")
+    nstat_delta = nstat_after - nstat_before
+    exp_delta = exp_after - exp_before
+    dropped = lab.b.run(["nft", "list", "table", "inet", "gpunet_loss"]).stdout
+    print(f"\n[retransmits] nstat TcpRetransSegs delta {nstat_delta}, exporter delta {exp_delta:.0f}, "
+          f"iperf3 retransmits {result['end']['sum_sent'].get('retransmits')}, "
+          f"throughput {result['end']['sum_sent']['bits_per_second'] / 1e6:.1f} Mbit/s")
+
+    assert "drop" in dropped
+    assert nstat_delta > 0, "2% loss caused no TCP retransmits at all: the nft rule did not bite"
+    assert exp_delta > 0
+    assert abs(exp_delta - nstat_delta) <= 2, "exporter retransmits disagree with the kernel's TcpRetransSegs"
+
+
+def test_nic_removal(lab, exporter):
+    before = exporter.scrape()
+    assert before.with_label("device", DEV), "no gva series before the removal"
+
+    lab.a.run(["ip", "link", "del", DEV])
+    started = time.monotonic()
+    after = exporter.wait_for(lambda s: not s.with_label("device", DEV), timeout=3.0,
+                              what="scrape without device=gva series")
+    gone_after = time.monotonic() - started
+    time.sleep(0.5)  # a few more ticks after the removal: still up, still without gva
+    later = exporter.scrape()
+    print(f"\n[removal] gva series gone {gone_after:.2f} s after `ip link del`")
+
+    assert later.status == 200
+    assert not later.with_label("device", DEV), f"gva series came back: {later.with_label('device', DEV)}"
+    assert after.has(SENT) and later.has(SENT), "node TCP counters vanished with the NIC"
+    assert exporter.proc.poll() is None, f"exporter died:\n{exporter.log()}"
+    assert exporter.get("/healthz")[0] == 200
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (prometheus) not installed")
+def test_promtool_check_metrics(lab, exporter):
+    # Some traffic first, so every counter family has moved and carries real values.
+    nx.iperf3(lab.a, lab.b, nx.ADDR_B, 1, IPERF_PORT)
+    time.sleep(1.2)  # past a slow tick
+    status, body = exporter.get("/metrics")
+    assert status == 200
+    assert body.startswith("# HELP")
+    proc = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True,
+                          timeout=30)
+    problems = (proc.stdout + proc.stderr).strip()
+    assert proc.returncode == 0 and not problems, f"promtool check metrics (rc {proc.returncode}):\n{problems}"
