@@ -13,32 +13,50 @@ from dataclasses import dataclass, field
 from gpunet.contract import PFC_PRIORITIES
 
 
+Names = tuple  # alternatives tried in order; an alternative that is itself a tuple is a sum
+
+
 @dataclass(frozen=True)
 class DriverCounters:
     family: str
-    netdev_drivers: tuple[str, ...]  # the netdev driver names (uevent DRIVER=)
-    rdma_prefixes: tuple[str, ...] = ()  # RDMA device name prefixes (mlx5_, bnxt_re, irdma)
+    netdev_drivers: tuple[str, ...]  # the PCI driver of the NIC (uevent DRIVER=)
+    rdma_prefixes: tuple[str, ...] = ()  # RDMA device name prefixes, for ports without netdev
     # ethtool -S names
-    wire_rx_bytes: tuple[str, ...] = ()
-    wire_tx_bytes: tuple[str, ...] = ()
+    wire_rx_bytes: Names = ()
+    wire_tx_bytes: Names = ()
     pause_frames: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (direction, priority)
     pause_duration: dict[str, tuple[str, str]] = field(default_factory=dict)
-    pause_duration_units_per_second: float = 1e6  # the driver counts microseconds
-    rx_discards: tuple[str, ...] = ()
-    tx_discards: tuple[str, ...] = ()
-    rx_errors: tuple[str, ...] = ()
+    pause_duration_units_per_second: float = 1e6  # drivers count microseconds
+    rx_discards: Names = ()
+    tx_discards: Names = ()
+    rx_errors: Names = ()
     # sysfs hw_counters names
-    ecn_marked: tuple[str, ...] = ()
-    cnp_sent: tuple[str, ...] = ()
-    cnp_received: tuple[str, ...] = ()
-    loss: dict[str, tuple[str, ...]] = field(default_factory=dict)  # contract kind -> names
-    out_of_buffer: tuple[str, ...] = ()
+    ecn_marked: Names = ()
+    cnp_sent: Names = ()
+    cnp_received: Names = ()
+    loss: dict[str, Names] = field(default_factory=dict)  # contract kind -> names
+    out_of_buffer: Names = ()
+    hw_counter_wrap: float | None = None  # width of the driver's hw_counters, where they wrap
 
     def hw_counter_names(self) -> tuple[str, ...]:
-        names = [*self.ecn_marked, *self.cnp_sent, *self.cnp_received, *self.out_of_buffer]
-        for alternatives in self.loss.values():
-            names.extend(alternatives)
+        names: list[str] = []
+        for alternatives in (self.ecn_marked, self.cnp_sent, self.cnp_received, self.out_of_buffer,
+                             *self.loss.values()):
+            for alt in alternatives:
+                names.extend(alt if isinstance(alt, tuple) else (alt,))
         return tuple(dict.fromkeys(names))
+
+
+def pick(values: dict[str, int], alternatives: Names) -> int | None:
+    """The first alternative present; a tuple alternative sums the names present in it."""
+    for alt in alternatives:
+        if isinstance(alt, tuple):
+            present = [values[n] for n in alt if n in values]
+            if present:
+                return sum(present)
+        elif alt in values:
+            return values[alt]
+    return None
 
 
 def _per_priority(template: str, direction: str) -> dict[str, tuple[str, str]]:
@@ -51,12 +69,17 @@ MLX5 = DriverCounters(
     rdma_prefixes=("mlx5_",),
     wire_rx_bytes=("rx_bytes_phy",),
     wire_tx_bytes=("tx_bytes_phy",),
+    # Per-priority counters are printed only for priorities with PFC on; global pause
+    # counters only with 802.3x pause on, else the IEEE 802.3 MAC-control counters.
     pause_frames={**_per_priority("rx_prio{p}_pause", "receive"), **_per_priority("tx_prio{p}_pause", "transmit"),
-                  "rx_global_pause": ("receive", "global"), "tx_global_pause": ("transmit", "global")},
+                  "rx_global_pause": ("receive", "global"), "tx_global_pause": ("transmit", "global"),
+                  "rx_pause_ctrl_phy": ("receive", "global"), "tx_pause_ctrl_phy": ("transmit", "global")},
     pause_duration={**_per_priority("rx_prio{p}_pause_duration", "receive"),
                     **_per_priority("tx_prio{p}_pause_duration", "transmit"),
                     "rx_global_pause_duration": ("receive", "global"),
                     "tx_global_pause_duration": ("transmit", "global")},
+    # The port's own buffer drops. rx_out_of_buffer (host RQ empty) and the RDMA
+    # out_of_buffer are host-side and exported apart (gpunet_nic_rdma_out_of_buffer_total).
     rx_discards=("rx_discards_phy",),
     tx_discards=("tx_discards_phy",),
     rx_errors=("rx_crc_errors_phy",),
@@ -66,34 +89,36 @@ MLX5 = DriverCounters(
     loss={"out_of_sequence": ("out_of_sequence",), "sequence_error": ("packet_seq_err",),
           "ack_timeout": ("local_ack_timeout_err",)},
     out_of_buffer=("out_of_buffer",),
+    hw_counter_wrap=float(2**32),  # Q counters are 32-bit and wrap
 )
 
 BNXT = DriverCounters(
     family="bnxt",
     netdev_drivers=("bnxt_en",),
     rdma_prefixes=("bnxt_re",),
-    wire_rx_bytes=("rx_bytes",),
+    wire_rx_bytes=("rx_bytes",),  # port statistics; per-ring ones are "[N]: rx_ucast_bytes"
     wire_tx_bytes=("tx_bytes",),
     pause_frames={**_per_priority("rx_pfc_ena_frames_pri{p}", "receive"),
                   **_per_priority("tx_pfc_ena_frames_pri{p}", "transmit"),
                   "rx_pause_frames": ("receive", "global"), "tx_pause_frames": ("transmit", "global")},
-    pause_duration={**_per_priority("rx_pfc_ena_duration_us_pri{p}", "receive"),
-                    **_per_priority("tx_pfc_ena_duration_us_pri{p}", "transmit")},
-    rx_discards=("rx_discard_packets", "rx_total_discard_pkts"),
-    tx_discards=("tx_discard_packets", "tx_total_discard_pkts"),
+    pause_duration={**_per_priority("pfc_pri{p}_rx_duration_us", "receive"),
+                    **_per_priority("pfc_pri{p}_tx_duration_us", "transmit")},
+    rx_discards=(tuple(f"rx_discard_packets_cos{c}" for c in range(8)),),
+    tx_discards=(tuple(f"tx_discard_packets_cos{c}" for c in range(8)),),
     rx_errors=("rx_fcs_err_frames",),
     ecn_marked=("rx_ecn_marked_pkts",),
     cnp_sent=("tx_cnp_pkts",),
     cnp_received=("rx_cnp_pkts",),
-    loss={"out_of_sequence": ("res_oos_drop_count",), "sequence_error": ("seq_err_naks_rcvd",),
+    loss={"out_of_sequence": ("oos_drop_count", "res_oos_drop_count"), "sequence_error": ("seq_err_naks_rcvd",),
           "ack_timeout": ("to_retransmits",)},
+    out_of_buffer=("rx_out_of_buffer",),
 )
 
 ICE = DriverCounters(
     family="ice",
     netdev_drivers=("ice",),
-    rdma_prefixes=("irdma", "rocep"),
-    wire_rx_bytes=("rx_bytes.nic", "port.rx_bytes"),
+    rdma_prefixes=("irdma",),
+    wire_rx_bytes=("rx_bytes.nic", "port.rx_bytes"),  # kernels before 6.2 print "port." names
     wire_tx_bytes=("tx_bytes.nic", "port.tx_bytes"),
     # E810 counts XOFF (pause) and XON (resume) separately; a pause frame is an XOFF.
     pause_frames={**_per_priority("rx_priority_{p}_xoff.nic", "receive"),
@@ -102,12 +127,14 @@ ICE = DriverCounters(
                   **_per_priority("port.tx_priority_{p}_xoff", "transmit"),
                   "link_xoff_rx.nic": ("receive", "global"), "link_xoff_tx.nic": ("transmit", "global"),
                   "port.link_xoff_rx": ("receive", "global"), "port.link_xoff_tx": ("transmit", "global")},
-    rx_discards=("rx_dropped_link_down.nic", "rx_oversize.nic"),
+    rx_discards=("rx_dropped.nic", "port.rx_dropped"),
     rx_errors=("rx_crc_errors.nic", "port.rx_crc_errors"),
     ecn_marked=("RxECNMrkd",),
     cnp_sent=("cnpSent",),
     cnp_received=("cnpHandled",),
-    loss={"out_of_sequence": ("RxOOS",) },
+    # E810 (irdma gen 2) has no go-back-N counters; gen 3 hardware names them so.
+    loss={"out_of_sequence": ("Rcvd Out of order packets",), "sequence_error": ("Nak Sequence Error",),
+          "ack_timeout": ("RTO",)},
 )
 
 FAMILIES = (MLX5, BNXT, ICE)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-REQUIRED_TOOLS = ("ip", "tc", "iperf3", "nft", "curl", "nstat")
+REQUIRED_TOOLS = ("ip", "ss", "tc", "iperf3", "nft", "curl", "nstat")
 
 ADDR_A = "198.18.0.1"  # RFC 2544 benchmark range: never routed anywhere real
 ADDR_B = "198.18.0.2"
@@ -85,10 +85,10 @@ def kill_pids(pids: list[int], grace: float = 2.0) -> None:
 
 
 class Netns:
-    """One network namespace, named gpn<pid><seq><suffix>."""
+    """One network namespace, named gpn<pid>_<seq><suffix> (unique per process and per call)."""
 
     def __init__(self, suffix: str):
-        self.name = f"gpn{os.getpid()}{next(_seq)}{suffix}"
+        self.name = f"gpn{os.getpid()}_{next(_seq)}{suffix}"
         self._procs: list[subprocess.Popen] = []
         run(["ip", "netns", "add", self.name])
         try:

@@ -69,6 +69,7 @@ def test_bytes_and_saturation(lab, exporter):
 
     result = nx.iperf3(lab.a, lab.b, nx.ADDR_B, 4, IPERF_PORT)
     sent_bytes = result["end"]["sum_sent"]["bytes"]
+    received_bytes = result["end"]["sum_received"]["bytes"]
     duration = result["end"]["sum_sent"]["seconds"]
     time.sleep(1.0)  # queue drained; several fast ticks have read the final counters
 
@@ -90,15 +91,21 @@ def test_bytes_and_saturation(lab, exporter):
 
     print(f"\n[bytes] kernel tx delta {kernel_delta} B, exporter tx delta {exp_delta:.0f} B "
           f"({pct(exp_delta, kernel_delta):+.3f}%); iperf3 sent {sent_bytes} B in {duration:.3f} s "
-          f"({sent_bytes * 8 / duration / 1e6:.1f} Mbit/s); wire vs iperf3 {pct(exp_delta, sent_bytes):+.2f}%")
+          f"({sent_bytes * 8 / duration / 1e6:.1f} Mbit/s), received {received_bytes} B; "
+          f"wire vs iperf3 sent {pct(exp_delta, sent_bytes):+.2f}%, vs received {pct(exp_delta, received_bytes):+.2f}%")
     print(f"[saturation] saturated {sat_delta:.3f} s vs iperf3 {duration:.3f} s "
           f"({pct(sat_delta, duration):+.1f}%); network_state=saturated +{state_delta:.3f} s; "
           f"idle 2 s: saturated +{idle_sat:.3f} s, state saturated +{idle_state:.3f} s, quiet +{idle_quiet:.3f} s")
 
-    assert kernel_delta > sent_bytes > 0
+    assert received_bytes > 0.8 * RATE_MBIT * 1e6 / 8 * duration, "TCP ran far below the shaped rate"
     assert abs(exp_delta - kernel_delta) <= 0.01 * kernel_delta, "exporter tx bytes disagree with the kernel"
-    assert exp_delta >= sent_bytes, "the wire carried less than iperf3 says it sent"
-    assert exp_delta <= 1.05 * sent_bytes, "wire bytes exceed iperf3's payload by more than header overhead"
+    # iperf3's sum_sent counts what its client write()s into the socket, not what left it:
+    # at the end of the test the iperf3 server closes the data stream while A still holds up
+    # to a send buffer of unsent data (TcpEstabResets goes up in A), and that data never
+    # reaches the wire, so sum_sent can exceed the wire count by ~1%. What the receiver got
+    # (sum_received) did cross gva once, headers on top: that is the hard lower bound.
+    assert exp_delta >= received_bytes, "the wire carried less than iperf3's receiver got"
+    assert abs(exp_delta - sent_bytes) <= 0.05 * sent_bytes, "wire bytes and iperf3's bytes sent differ > 5%"
     assert abs(sat_delta - duration) <= 0.25 * duration, "saturated seconds do not match the shaped transfer"
     assert abs(state_delta - duration) <= 0.25 * duration, "network_state=saturated does not match the transfer"
     assert idle_sat == 0, "saturated seconds grew on an idle link"
@@ -168,6 +175,7 @@ def test_nic_removal(lab, exporter):
     assert exporter.get("/healthz")[0] == 200
 
 
+@pytest.mark.prometheus
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (prometheus) not installed")
 def test_promtool_check_metrics(lab, exporter):
     # Some traffic first, so every counter family has moved and carries real values.

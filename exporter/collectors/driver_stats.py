@@ -6,7 +6,7 @@ from __future__ import annotations
 from exporter.readers.ethtool import DriverStatsReader
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
-from exporter.vendors import GENERIC, counters_for
+from exporter.vendors import GENERIC, counters_for, pick
 from gpunet.contract import (NIC_PFC_PAUSE_DURATION, NIC_RECEIVE_DISCARDS, NIC_RECEIVE_ERRORS,
                              NIC_TRANSMIT_DISCARDS)
 
@@ -43,7 +43,7 @@ class DriverStatsCollector:
             for names, metric in ((table.rx_discards, NIC_RECEIVE_DISCARDS),
                                   (table.tx_discards, NIC_TRANSMIT_DISCARDS),
                                   (table.rx_errors, NIC_RECEIVE_ERRORS)):
-                value = next((stats[n] for n in names if n in stats), None)
+                value = pick(stats, names)
                 if value is not None:
                     samples.append(Sample(metric, labels, value))
         return samples

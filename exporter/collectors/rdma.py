@@ -6,7 +6,7 @@ from __future__ import annotations
 from exporter.readers import rdma as rdma_reader
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
-from exporter.vendors import counters_for
+from exporter.vendors import counters_for, pick
 from gpunet.contract import (NIC_CNP_RECEIVED, NIC_CNP_SENT, NIC_ECN_MARKED, NIC_LINK_DOWNED,
                              NIC_RDMA_LOSS_EVENTS, NIC_RDMA_OUT_OF_BUFFER, NIC_RECEIVE_DISCARDS,
                              NIC_RECEIVE_ERRORS, NIC_TRANSMIT_DISCARDS)
@@ -16,11 +16,6 @@ from gpunet.contract import (NIC_CNP_RECEIVED, NIC_CNP_SENT, NIC_ECN_MARKED, NIC
 IB_PORT_COUNTERS = (("port_rcv_errors", NIC_RECEIVE_ERRORS), ("link_downed", NIC_LINK_DOWNED),
                     ("port_xmit_discards", NIC_TRANSMIT_DISCARDS),
                     ("excessive_buffer_overrun_errors", NIC_RECEIVE_DISCARDS))
-WRAP_16 = float(2**16)  # IB error counters are 8 to 16 bits wide
-
-
-def _first(values: dict[str, int], names: tuple[str, ...]) -> int | None:
-    return next((values[n] for n in names if n in values), None)
 
 
 class RdmaCollector:
@@ -40,17 +35,17 @@ class RdmaCollector:
             for names, metric in ((table.ecn_marked, NIC_ECN_MARKED), (table.cnp_sent, NIC_CNP_SENT),
                                   (table.cnp_received, NIC_CNP_RECEIVED),
                                   (table.out_of_buffer, NIC_RDMA_OUT_OF_BUFFER)):
-                value = _first(hw, names)
+                value = pick(hw, names)
                 if value is not None:
-                    samples.append(Sample(metric, labels, value))
+                    samples.append(Sample(metric, labels, value, table.hw_counter_wrap))
             for kind, names in table.loss.items():
-                value = _first(hw, names)
+                value = pick(hw, names)
                 if value is not None:
-                    samples.append(Sample(NIC_RDMA_LOSS_EVENTS, (nic.device, kind), value))
+                    samples.append(Sample(NIC_RDMA_LOSS_EVENTS, (nic.device, kind), value, table.hw_counter_wrap))
             if nic.link_layer == "InfiniBand":
                 names = tuple(n for n, _ in IB_PORT_COUNTERS)
                 pc = rdma_reader.read_counters(self.root, nic.rdma, "counters", names, errors)
                 for name, metric in IB_PORT_COUNTERS:
                     if name in pc:
-                        samples.append(Sample(metric, labels, pc[name], WRAP_16))
+                        samples.append(Sample(metric, labels, pc[name]))  # PortCounters saturate, never wrap
         return samples

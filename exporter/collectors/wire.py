@@ -18,19 +18,11 @@ from exporter.readers.ethtool import DriverStatsReader
 from exporter.readers.netdev import NetdevReader
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
-from exporter.vendors import counters_for
+from exporter.vendors import counters_for, pick
 from gpunet.contract import NIC_PFC_PAUSE_FRAMES, NIC_RECEIVE_BYTES, NIC_TRANSMIT_BYTES
 
 IB_DATA_UNIT = 4  # InfiniBand data counters count 4-octet words
-WRAP_32 = float(2**32)
-
-
-def _first(stats: dict[str, int], names: tuple[str, ...]) -> int | None:
-    for name in names:
-        value = stats.get(name)
-        if value is not None:
-            return value
-    return None
+SATURATED_32 = 2**32 - 1  # 32-bit PortCounters stop here rather than wrap
 
 
 class WireCollector:
@@ -55,7 +47,7 @@ class WireCollector:
         if table.wire_rx_bytes and self.driver_stats.available(nic.netdev):
             try:
                 stats = self.driver_stats.read(nic.netdev, [])
-                if _first(stats, table.wire_rx_bytes) is not None:
+                if pick(stats, table.wire_rx_bytes) is not None:
                     return "driver"
             except SourceError as e:
                 errors.append(e)
@@ -94,7 +86,7 @@ class WireCollector:
     def _from_driver(self, nic: Nic, samples: list[Sample], errors: list[SourceError]) -> None:
         stats = self.driver_stats.read(nic.netdev, errors)
         table = counters_for(nic.driver)
-        rx, tx = _first(stats, table.wire_rx_bytes), _first(stats, table.wire_tx_bytes)
+        rx, tx = pick(stats, table.wire_rx_bytes), pick(stats, table.wire_tx_bytes)
         if rx is not None:
             samples.append(Sample(NIC_RECEIVE_BYTES, (nic.device,), rx))
         if tx is not None:
@@ -109,12 +101,17 @@ class WireCollector:
     def _from_ib(self, nic: Nic, source: str, samples: list[Sample], errors: list[SourceError]) -> None:
         assert nic.rdma is not None
         if source == "ib_ext":
-            group, names, wrap = "counters_ext", ("port_rcv_data_64", "port_xmit_data_64"), None
+            group, names = "counters_ext", ("port_rcv_data_64", "port_xmit_data_64")
         else:
-            # Older HCAs without extended counters have 32-bit data counters here.
-            group, names, wrap = "counters", ("port_rcv_data", "port_xmit_data"), WRAP_32 * IB_DATA_UNIT
+            # 64-bit on current kernels and HCAs (extended PortCounters behind the same name).
+            group, names = "counters", ("port_rcv_data", "port_xmit_data")
         values = rdma_reader.read_counters(self.root, nic.rdma, group, names, errors)
-        if names[0] in values:
-            samples.append(Sample(NIC_RECEIVE_BYTES, (nic.device,), values[names[0]] * IB_DATA_UNIT, wrap))
-        if names[1] in values:
-            samples.append(Sample(NIC_TRANSMIT_BYTES, (nic.device,), values[names[1]] * IB_DATA_UNIT, wrap))
+        for name, metric in zip(names, (NIC_RECEIVE_BYTES, NIC_TRANSMIT_BYTES)):
+            if name not in values:
+                continue
+            if values[name] == SATURATED_32 and group == "counters":
+                # An HCA without extended counters: the 32-bit counter stopped at its top
+                # and no longer moves. Say so; the value is kept but its rate will read 0.
+                errors.append(SourceError(f"{nic.rdma.base}/{group}/{name}",
+                                          "32-bit counter saturated at 4294967295 (no extended counters)"))
+            samples.append(Sample(metric, (nic.device,), values[name] * IB_DATA_UNIT))

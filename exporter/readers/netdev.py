@@ -57,12 +57,12 @@ class NetdevReader:
         out = {}
         for name in names:
             try:
-                out[name] = self._link_sysfs(name)
+                out[name] = self._link_sysfs(name, errors)
             except SourceError as e:
                 errors.append(e)
         return out
 
-    def _link_sysfs(self, name: str) -> LinkState:
+    def _link_sysfs(self, name: str, errors: list[SourceError]) -> LinkState:
         base = f"{NET}/{name}"
         if not self.root.exists(base):
             raise SourceError(str(self.root.path(base)), "network device vanished")
@@ -78,7 +78,10 @@ class NetdevReader:
         for stat in STAT_NAMES:
             rel = f"{base}/statistics/{stat}"
             if self.root.exists(rel):
-                st.stats[stat] = self.root.read_int(rel)
+                try:
+                    st.stats[stat] = self.root.read_int(rel)
+                except SourceError as e:  # costs this statistic only
+                    errors.append(e)
         return st
 
     def _links_netlink(self, names: list[str], errors: list[SourceError]) -> dict[str, LinkState]:

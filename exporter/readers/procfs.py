@@ -21,12 +21,12 @@ def read_snmp_table(root: Root, rel: str) -> dict[str, dict[str, int]]:
         value_proto, _, values = lines[i + 1].partition(":")
         fields, numbers = head.split(), values.split()
         if head_proto != value_proto or len(fields) != len(numbers):
-            problems.append(f"line {i + 2}: {value_proto or '?'} has {len(numbers)} values for {len(fields)} fields")
+            problems.append((i + 2, f"{value_proto or '?'} has {len(numbers)} values for {len(fields)} fields"))
             continue
         try:
             out[head_proto] = {f: int(n) for f, n in zip(fields, numbers)}
         except ValueError:
-            problems.append(f"line {i + 2}: {head_proto} values are not all integers")
+            problems.append((i + 2, f"{head_proto} values are not all integers"))
     if problems:
         raise PartialTable(path, out, problems)
     return out
@@ -35,6 +35,7 @@ def read_snmp_table(root: Root, rel: str) -> dict[str, dict[str, int]]:
 class PartialTable(SourceError):
     """Some protocols of the table were malformed; ``table`` holds the ones that parsed."""
 
-    def __init__(self, path: str, table: dict[str, dict[str, int]], problems: list[str]):
-        super().__init__(f"{path}:{problems[0].split(':')[0].removeprefix('line ')}", "; ".join(problems))
+    def __init__(self, path: str, table: dict[str, dict[str, int]], problems: list[tuple[int, str]]):
+        super().__init__(f"{path}:{problems[0][0]}", "; ".join(
+            what if n == problems[0][0] else f"line {n}: {what}" for n, what in problems))
         self.table = table

@@ -1,0 +1,495 @@
+#!/usr/bin/env python3
+"""gpunet-exporter against prometheus-node-exporter, side by side on this machine.
+
+    python bench/exporter_vs_node_exporter.py [--seconds 30] [--scrapes 1000] [--json]
+
+gpunet-exporter runs over a fixture of an 8-port mlx5 RoCE node (bench/make_fixture.py,
+a static snapshot: its counters do not advance) at its default ticks (fast 0.2 s, slow
+1 s); node_exporter runs with its default collectors on the live machine. Each runs
+alone, one after the other, on loopback, started and stopped here. For each:
+
+  1. warm up (--warmup, 5 s);
+  2. idle CPU: utime+stime of the process (all threads, /proc/PID/stat) over --seconds
+     of wall time with no scrape at all: the cost of sampling by itself;
+  3. scraped CPU: the same over --scraped-seconds while scraped once a second, as
+     Prometheus would (0 skips it);
+  4. latency: --scrapes sequential GET /metrics on one keep-alive connection, with the
+     headers Prometheus 3 sends (Accept below, Accept-Encoding: gzip), timed from
+     sending the request to the last byte of the body;
+  5. memory: VmRSS at the end, VmHWM (peak RSS) over the whole run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import http.client
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import make_fixture  # noqa: E402
+
+# What Prometheus 3.x sends by default (scrape_protocols OpenMetricsText1.0.0,
+# OpenMetricsText0.0.1, PrometheusText1.0.0, PrometheusText0.0.4; UTF-8 names allowed):
+# scrape/scrape.go acceptHeader(), config.ScrapeProtocolsHeaders.
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
+                     "application/openmetrics-text;version=0.0.1;q=0.4,"
+                     "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,"
+                     "text/plain;version=0.0.4;q=0.2,*/*;q=0.1")
+# Prometheus 2.x (2.49+) default, for --accept prom2.
+PROMETHEUS2_ACCEPT = ("application/openmetrics-text;version=1.0.0;q=0.5,"
+                      "application/openmetrics-text;version=0.0.1;q=0.4,"
+                      "text/plain;version=0.0.4;q=0.3,*/*;q=0.2")
+ACCEPTS = {"prom3": PROMETHEUS_ACCEPT, "prom2": PROMETHEUS2_ACCEPT, "text": "text/plain;version=0.0.4"}
+
+NODE_EXPORTER_NAMES = ("/usr/bin/prometheus-node-exporter", "prometheus-node-exporter", "node_exporter")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+# Targets (gpunet).
+CPU_TARGET_PCT = 1.0
+RSS_TARGET_MB = 60.0  # 10^6 bytes
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+# --- the process, from /proc ---------------------------------------------------------------
+def cpu_seconds(pid: int) -> float:
+    """utime+stime of the whole process: /proc/PID/stat of the thread group leader sums
+    every thread, living and exited (fields 14 and 15, in clock ticks)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def runtime_ns(pid: int) -> int | None:
+    """Sum over the living threads of /proc/PID/task/TID/schedstat (on-CPU ns): finer than
+    clock ticks, blind to exited threads. A cross-check of cpu_seconds."""
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
+def status_kb(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def threads(pid: int) -> int:
+    return status_kb(pid, "Threads")
+
+
+class CpuWindow:
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.t0, self.c0, self.n0 = time.monotonic(), cpu_seconds(pid), runtime_ns(pid)
+
+    def result(self) -> dict:
+        wall = time.monotonic() - self.t0
+        cpu = cpu_seconds(self.pid) - self.c0
+        n1 = runtime_ns(self.pid)
+        out = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "cpu_pct": round(100 * cpu / wall, 3)}
+        if self.n0 is not None and n1 is not None:
+            out["cpu_pct_schedstat"] = round(100 * (n1 - self.n0) / 1e9 / wall, 3)
+        return out
+
+
+# --- HTTP ------------------------------------------------------------------------------------
+class Scraper:
+    def __init__(self, port: int, accept: str):
+        self.port = port
+        self.headers = {"Accept": accept, "Accept-Encoding": "gzip", "User-Agent": "Prometheus/3.4.0",
+                        "X-Prometheus-Scrape-Timeout-Seconds": "10"}
+        self.conn: http.client.HTTPConnection | None = None
+        self.reconnects = 0
+
+    def get(self) -> tuple[float, int, bytes, dict[str, str]]:
+        """(seconds, status, raw body, headers) of one GET /metrics."""
+        for attempt in (0, 1):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                self.conn.connect()
+                self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.reconnects += 1
+            try:
+                t0 = time.perf_counter()
+                self.conn.request("GET", "/metrics", headers=self.headers)
+                resp = self.conn.getresponse()
+                body = resp.read()
+                dt = time.perf_counter() - t0
+                if resp.will_close:
+                    self.close()
+                return dt, resp.status, body, {k.lower(): v for k, v in resp.getheaders()}
+            except (ConnectionError, http.client.HTTPException, OSError):
+                self.close()
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+def decode(body: bytes, headers: dict[str, str]) -> str:
+    if headers.get("content-encoding") == "gzip":
+        body = gzip.decompress(body)
+    return body.decode("utf-8", "replace")
+
+
+def count_samples(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(proc: subprocess.Popen, port: int, accept: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    scraper = Scraper(port, accept)
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited with status {proc.returncode} before serving")
+        try:
+            _, status, _, _ = scraper.get()
+            if status == 200:
+                scraper.close()
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"not serving on 127.0.0.1:{port} after {timeout:.0f} s")
+
+
+# --- one exporter ----------------------------------------------------------------------------
+def measure(name: str, argv: list[str], port: int, args: argparse.Namespace, stderr_path: Path) -> dict:
+    accept = ACCEPTS[args.accept]
+    log(f"{name}: starting {' '.join(argv)}")
+    with open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, cwd=REPO,
+                                start_new_session=True)
+    result: dict = {"name": name, "command": argv, "pid": proc.pid}
+    try:
+        t_start = time.monotonic()
+        wait_ready(proc, port, accept)
+        result["startup_s"] = round(time.monotonic() - t_start, 3)
+        log(f"{name}: serving after {result['startup_s']} s; warming up {args.warmup} s")
+        time.sleep(args.warmup)
+
+        log(f"{name}: idle CPU over {args.seconds} s (no scrapes)")
+        window = CpuWindow(proc.pid)
+        time.sleep(args.seconds)
+        result["cpu_idle"] = window.result()
+        result["rss_after_idle_kb"] = status_kb(proc.pid, "VmRSS")
+
+        scraper = Scraper(port, accept)
+        if args.scraped_seconds > 0:
+            log(f"{name}: CPU over {args.scraped_seconds} s scraped once a second")
+            window = CpuWindow(proc.pid)
+            t_next = time.monotonic()
+            end = t_next + args.scraped_seconds
+            hz_lat = []
+            while True:
+                t_next += 1.0
+                if t_next > end:
+                    break
+                hz_lat.append(scraper.get()[0])
+                time.sleep(max(0.0, t_next - time.monotonic()))
+            time.sleep(max(0.0, end - time.monotonic()))
+            result["cpu_scraped_1hz"] = {**window.result(), "scrapes": len(hz_lat),
+                                         "latency": latency_summary(hz_lat) if hz_lat else None}
+
+        log(f"{name}: {args.scrapes} sequential scrapes")
+        window = CpuWindow(proc.pid)
+        latencies, statuses, sizes = [], {}, []
+        first = last = None
+        for i in range(args.scrapes):
+            dt, status, body, headers = scraper.get()
+            latencies.append(dt)
+            statuses[status] = statuses.get(status, 0) + 1
+            sizes.append(len(body))
+            if first is None:
+                first = (body, headers)
+            last = (body, headers)
+        burst = window.result()
+        body_text = decode(*last)
+        result["scrape"] = latency_summary(latencies) | {
+            "statuses": {str(k): v for k, v in statuses.items()},
+            "content_type": last[1].get("content-type", ""), "content_encoding": last[1].get("content-encoding", ""),
+            "body_bytes_wire": sizes[-1], "body_bytes_wire_mean": round(statistics.mean(sizes)),
+            "body_bytes": len(body_text.encode()), "samples": count_samples(body_text),
+            "cpu_during_burst": burst, "reconnects": scraper.reconnects,
+        }
+        if args.spaced_scrapes > 0:
+            # Scrapes further apart than the fast tick: gpunet renders each one afresh (its
+            # body is cached only until the next tick publishes), as under a real Prometheus.
+            log(f"{name}: {args.spaced_scrapes} scrapes {args.spaced_interval} s apart")
+            spaced = []
+            for i in range(args.spaced_scrapes):
+                time.sleep(args.spaced_interval)
+                spaced.append(scraper.get()[0])
+            result["scrape_spaced"] = latency_summary(spaced) | {"interval_s": args.spaced_interval}
+        scraper.close()
+        result["rss_end_kb"] = status_kb(proc.pid, "VmRSS")
+        result["hwm_kb"] = status_kb(proc.pid, "VmHWM")
+        result["threads"] = threads(proc.pid)
+        if name == "gpunet-exporter":
+            result["self"] = gpunet_self_metrics(body_text)
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with status {proc.returncode} during the run")
+    finally:
+        stop(proc)
+    return result
+
+
+def latency_summary(latencies: list[float]) -> dict:
+    lat = sorted(latencies)
+    q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else lat * 99
+    return {"count": len(lat), "median_ms": round(1e3 * statistics.median(lat), 3), "p90_ms": round(1e3 * q[89], 3),
+            "p99_ms": round(1e3 * q[98], 3), "max_ms": round(1e3 * lat[-1], 3), "min_ms": round(1e3 * lat[0], 3)}
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def gpunet_self_metrics(text: str) -> dict:
+    """The exporter's own view: tick counts, late ticks, collector errors and durations."""
+    out: dict = {"ticks": {}, "ticks_late": {}, "collector_errors": {}, "collector_duration_ms": {}}
+    keys = {"gpunet_exporter_ticks_total": "ticks", "gpunet_exporter_ticks_late_total": "ticks_late",
+            "gpunet_exporter_collector_errors_total": "collector_errors",
+            "gpunet_exporter_collector_duration_seconds": "collector_duration_ms"}
+    for line in text.splitlines():
+        if line.startswith("#") or "{" not in line:
+            continue
+        name, _, rest = line.partition("{")
+        key = keys.get(name)
+        if key is None:
+            continue
+        label = rest.split('"')[1]
+        value = float(rest.rpartition("}")[2].split()[0])
+        out[key][label] = round(value * 1e3, 3) if key == "collector_duration_ms" else value
+    return out
+
+
+# --- report ----------------------------------------------------------------------------------
+def machine() -> dict:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
+            "python": platform.python_version()}
+
+
+def verdicts(g: dict, n: dict) -> list[tuple[str, str, bool]]:
+    out = [(f"gpunet idle CPU < {CPU_TARGET_PCT:g}% of one core", f"{g['cpu_idle']['cpu_pct']:.2f}%",
+            g["cpu_idle"]["cpu_pct"] < CPU_TARGET_PCT)]
+    if "cpu_scraped_1hz" in g:
+        out.append((f"gpunet CPU scraped at 1 Hz < {CPU_TARGET_PCT:g}% (informational)",
+                    f"{g['cpu_scraped_1hz']['cpu_pct']:.2f}%", g["cpu_scraped_1hz"]["cpu_pct"] < CPU_TARGET_PCT))
+    out.append((f"gpunet RSS < {RSS_TARGET_MB:g} MB (end)", f"{g['rss_end_kb'] * 1024 / 1e6:.1f} MB",
+                g["rss_end_kb"] * 1024 / 1e6 < RSS_TARGET_MB))
+    out.append((f"gpunet peak RSS (VmHWM) < {RSS_TARGET_MB:g} MB", f"{g['hwm_kb'] * 1024 / 1e6:.1f} MB",
+                g["hwm_kb"] * 1024 / 1e6 < RSS_TARGET_MB))
+    out.append(("gpunet p99 scrape < node_exporter p99",
+                f"{g['scrape']['p99_ms']:.2f} ms vs {n['scrape']['p99_ms']:.2f} ms",
+                g["scrape"]["p99_ms"] < n["scrape"]["p99_ms"]))
+    if "scrape_spaced" in g and "scrape_spaced" in n:
+        out.append(("gpunet p99 < node_exporter p99, scrapes spaced past the fast tick (informational)",
+                    f"{g['scrape_spaced']['p99_ms']:.2f} ms vs {n['scrape_spaced']['p99_ms']:.2f} ms",
+                    g["scrape_spaced"]["p99_ms"] < n["scrape_spaced"]["p99_ms"]))
+    return out
+
+
+def table(report: dict) -> str:
+    g, n = report["gpunet"], report["node_exporter"]
+    mb = lambda kb: f"{kb * 1024 / 1e6:.1f}"  # noqa: E731
+    rows = [
+        ("", "gpunet-exporter", "node_exporter"),
+        ("what it reads", f"fixture, {report['fixture']['ports']} mlx5 RoCE ports", "live machine, default collectors"),
+        ("startup to first /metrics (s)", f"{g['startup_s']:.2f}", f"{n['startup_s']:.2f}"),
+        (f"CPU idle, no scrapes (% of a core, {report['args']['seconds']:g} s)",
+         f"{g['cpu_idle']['cpu_pct']:.2f}", f"{n['cpu_idle']['cpu_pct']:.2f}"),
+        ("  same, from schedstat ns", f"{g['cpu_idle'].get('cpu_pct_schedstat', float('nan')):.2f}",
+         f"{n['cpu_idle'].get('cpu_pct_schedstat', float('nan')):.2f}"),
+    ]
+    if "cpu_scraped_1hz" in g:
+        rows.append((f"CPU scraped at 1 Hz (% of a core, {report['args']['scraped_seconds']:g} s)",
+                     f"{g['cpu_scraped_1hz']['cpu_pct']:.2f}", f"{n['cpu_scraped_1hz']['cpu_pct']:.2f}"))
+    rows += [
+        ("RSS at end (MB)", mb(g["rss_end_kb"]), mb(n["rss_end_kb"])),
+        ("peak RSS, VmHWM (MB)", mb(g["hwm_kb"]), mb(n["hwm_kb"])),
+        ("threads", str(g["threads"]), str(n["threads"])),
+        (f"/metrics latency median (ms, {g['scrape']['count']} back-to-back)",
+         f"{g['scrape']['median_ms']:.2f}", f"{n['scrape']['median_ms']:.2f}"),
+        ("/metrics latency p90 (ms)", f"{g['scrape']['p90_ms']:.2f}", f"{n['scrape']['p90_ms']:.2f}"),
+        ("/metrics latency p99 (ms)", f"{g['scrape']['p99_ms']:.2f}", f"{n['scrape']['p99_ms']:.2f}"),
+        ("/metrics latency max (ms)", f"{g['scrape']['max_ms']:.2f}", f"{n['scrape']['max_ms']:.2f}"),
+    ]
+    if "scrape_spaced" in g and "scrape_spaced" in n:
+        gs, ns = g["scrape_spaced"], n["scrape_spaced"]
+        rows += [
+            (f"latency, scrapes {gs['interval_s']:g} s apart: median (ms, {gs['count']})",
+             f"{gs['median_ms']:.2f}", f"{ns['median_ms']:.2f}"),
+            ("  p99 (ms)", f"{gs['p99_ms']:.2f}", f"{ns['p99_ms']:.2f}"),
+            ("  max (ms)", f"{gs['max_ms']:.2f}", f"{ns['max_ms']:.2f}"),
+        ]
+    rows += [
+        ("CPU during back-to-back scrapes (% of a core)", f"{g['scrape']['cpu_during_burst']['cpu_pct']:.1f}",
+         f"{n['scrape']['cpu_during_burst']['cpu_pct']:.1f}"),
+        ("samples per scrape", str(g["scrape"]["samples"]), str(n["scrape"]["samples"])),
+        ("body bytes (uncompressed)", str(g["scrape"]["body_bytes"]), str(n["scrape"]["body_bytes"])),
+        ("body bytes on the wire", f"{g['scrape']['body_bytes_wire']} ({g['scrape']['content_encoding'] or 'identity'})",
+         f"{n['scrape']['body_bytes_wire']} ({n['scrape']['content_encoding'] or 'identity'})"),
+        ("content type", g["scrape"]["content_type"].split(";")[0], n["scrape"]["content_type"].split(";")[0]),
+    ]
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    lines = [f"{a:<{w0}}  {b:>{w1}}  {c}" for a, b, c in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    m = report["machine"]
+    head = [f"machine: {m['nproc']} CPUs, {m['cpu_model']}, Linux {m['kernel']}, Python {m['python']}",
+            f"node_exporter: {report['node_exporter_version']}",
+            f"fixture: {report['fixture']['path']} ({report['fixture']['how']}); STATIC snapshot: its counters do "
+            "not advance while the benchmark runs, so parse caches stay warm and every rate is zero.",
+            f"Accept: {ACCEPTS[report['args']['accept']]}  Accept-Encoding: gzip", ""]
+    tail = ["", "targets:"]
+    for label, value, ok in report["verdicts"]:
+        tail.append(f"  {'PASS' if ok else 'FAIL'}  {label}: {value}")
+    s = g.get("self", {})
+    if s:
+        tail += ["", f"gpunet self-metrics at the end: ticks {s['ticks']}, late {s['ticks_late']}, "
+                     f"collector errors {sum(s['collector_errors'].values()):g}",
+                 "  last collector durations (ms): "
+                 + ", ".join(f"{k} {v:.2f}" for k, v in sorted(s["collector_duration_ms"].items()))]
+    return "\n".join(head + lines + tail)
+
+
+def node_exporter_binary(explicit: str | None) -> str | None:
+    for cand in ([explicit] if explicit else NODE_EXPORTER_NAMES):
+        path = shutil.which(cand) if cand else None
+        if path:
+            return path
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--seconds", type=float, default=30.0, help="idle CPU window, no scrapes (default 30)")
+    p.add_argument("--scraped-seconds", type=float, default=30.0,
+                   help="CPU window while scraped once a second (default 30; 0 skips it)")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds after the first scrape answers (default 5)")
+    p.add_argument("--scrapes", type=int, default=1000, help="sequential scrapes for latency (default 1000)")
+    p.add_argument("--spaced-scrapes", type=int, default=100,
+                   help="extra scrapes, --spaced-interval apart, for the latency of a freshly rendered body "
+                        "(default 100; 0 skips them)")
+    p.add_argument("--spaced-interval", type=float, default=0.25,
+                   help="seconds between spaced scrapes; above gpunet's fast tick (default 0.25)")
+    p.add_argument("--accept", choices=sorted(ACCEPTS), default="prom3",
+                   help="Accept header: prom3 (Prometheus 3 default, default), prom2, text")
+    p.add_argument("--root", help="gpunet fixture root to use instead of generating one")
+    p.add_argument("--ports", type=int, default=8, help="ports of the generated fixture (default 8)")
+    p.add_argument("--channels", type=int, default=32, help="channels per port in its ethtool -S (default 32)")
+    p.add_argument("--node-exporter", help="node_exporter binary (default /usr/bin/prometheus-node-exporter)")
+    p.add_argument("--keep", action="store_true", help="keep the generated fixture and the exporters' logs")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
+    args = p.parse_args(argv)
+
+    ne = node_exporter_binary(args.node_exporter)
+    if ne is None:
+        print("exporter_vs_node_exporter: prometheus-node-exporter not found (looked for "
+              f"{', '.join(NODE_EXPORTER_NAMES)}); install it: apt-get install prometheus-node-exporter",
+              file=sys.stderr)
+        return 2
+    try:
+        ne_version = subprocess.run([ne, "--version"], capture_output=True, text=True, timeout=10)
+        ne_version = (ne_version.stdout + ne_version.stderr).splitlines()[0].strip()
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        ne_version = "unknown"
+
+    work = Path(tempfile.mkdtemp(prefix="gpunet-bench-"))
+    try:
+        if args.root:
+            root, how, ports = Path(args.root).resolve(), "given with --root", None
+        else:
+            root = work / "node"
+            root.mkdir()
+            n_files = make_fixture.generate(root, args.ports, args.channels)
+            how, ports = f"bench/make_fixture.py, {n_files} files, {args.channels} channels per port", args.ports
+            log(f"fixture: {n_files} files in {root}")
+
+        g_port, n_port = free_port(), free_port()
+        gpunet_argv = [sys.executable, "-m", "exporter.cli", "--root", str(root), "--listen", f"127.0.0.1:{g_port}"]
+        ne_argv = [ne, f"--web.listen-address=127.0.0.1:{n_port}"]
+        report = {"machine": machine(), "node_exporter_version": ne_version,
+                  "fixture": {"path": str(root), "how": how, "ports": ports or "?", "static": True},
+                  "args": vars(args)}
+        report["gpunet"] = measure("gpunet-exporter", gpunet_argv, g_port, args, work / "gpunet.log")
+        report["node_exporter"] = measure("node_exporter", ne_argv, n_port, args, work / "node_exporter.log")
+        report["verdicts"] = verdicts(report["gpunet"], report["node_exporter"])
+    except RuntimeError as e:
+        print(f"exporter_vs_node_exporter: {e}", file=sys.stderr)
+        for logname in ("gpunet.log", "node_exporter.log"):
+            path = work / logname
+            if path.exists() and path.stat().st_size:
+                print(f"--- {logname} (last lines)", file=sys.stderr)
+                print("\n".join(path.read_text(errors="replace").splitlines()[-20:]), file=sys.stderr)
+        return 1
+    finally:
+        if args.keep:
+            log(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+    if args.json:
+        report["verdicts"] = [{"target": t, "value": v, "pass": ok} for t, v, ok in report["verdicts"]]
+        json.dump(report, sys.stdout, indent=2)
+        print()
+    else:
+        print(table(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
