@@ -1,0 +1,129 @@
+"""/metrics over real HTTP: content negotiation, gzip, health, and no hardware reads per scrape."""
+
+import asyncio
+import gzip
+import os
+import shutil
+import subprocess
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+
+from conftest import FIXTURES
+from exporter.inventory import InventoryOptions
+from exporter.registry import Registry
+from exporter.root import Root
+from exporter.sampler import Sampler
+from exporter.server import make_app
+from exporter_harness import Node
+from procs import REPO, exporter_command
+
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
+                     "version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2")
+
+
+@pytest.fixture
+async def client():
+    registry = Registry("roce-mlx5")
+    sampler = Sampler(Root(FIXTURES / "roce-mlx5"), registry, InventoryOptions())
+    sampler.slow_tick()
+    sampler.fast_tick()
+    async with TestClient(TestServer(make_app(registry, sampler))) as c:
+        c.sampler = sampler
+        yield c
+
+
+async def test_text_format_by_default(client):
+    resp = await client.get("/metrics")
+    assert resp.status == 200
+    assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    body = await resp.text()
+    assert 'gpunet_nic_transmit_bytes_total{device="ens1f0np0"}' in body
+
+
+async def test_openmetrics_when_prometheus_asks_for_it(client):
+    resp = await client.get("/metrics", headers={"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"})
+    assert resp.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    body = await resp.text()  # aiohttp undoes the gzip
+    assert body.endswith("# EOF\n")
+    families = {f.name: f for f in parse_openmetrics(body)}
+    assert families["gpunet_nic_transmit_bytes"].type == "counter"
+    assert families["gpunet_nic_info"].type == "gauge"
+
+
+async def test_gzip_is_real_gzip(client):
+    resp = await client.get("/metrics", headers={"Accept-Encoding": "gzip"}, auto_decompress=False)
+    assert resp.headers["Content-Encoding"] == "gzip"
+    assert b"gpunet_nic_info" in gzip.decompress(await resp.read())
+
+
+async def test_scrapes_never_read_the_machine(client):
+    """A scrape renders published samples: without ticks, nothing changes however often it is read."""
+    first = await (await client.get("/metrics")).text()
+    calls = []
+    original = client.sampler.wire.collect
+    client.sampler.wire.collect = lambda *a: calls.append(a) or original(*a)
+    bodies = await asyncio.gather(*(client.get("/metrics") for _ in range(50)))
+    texts = {await b.text() for b in bodies}
+    assert texts == {first} and calls == []
+
+
+async def test_healthz_and_unknown_paths(client):
+    assert (await client.get("/healthz")).status == 200
+    assert (await client.get("/nope")).status == 404
+    assert (await client.post("/metrics")).status == 405
+
+
+def test_snapshot_of_a_node_reproduces_its_scrape(tmp_path):
+    out = tmp_path / "snap"
+    result = subprocess.run(exporter_command("--root", str(FIXTURES / "roce-mlx5"), "snapshot", str(out)),
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    original = Node(FIXTURES / "roce-mlx5").tick().stable_text()
+    copy = Node(out).tick().stable_text()
+    assert copy.replace('root="snap"', 'root="roce-mlx5"') == original
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reads every sysfs attribute of the live machine")
+def test_snapshot_of_the_live_machine_is_a_working_fixture(tmp_path):
+    out = tmp_path / "live"
+    result = subprocess.run(exporter_command("snapshot", str(out)), cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    live = Node("/", exclude=None).tick()
+    snap = Node(out, exclude=None).tick()
+    live_devices = {dict(k)["device"] for k in live.series("gpunet_nic_info")}
+    assert {dict(k)["device"] for k in snap.series("gpunet_nic_info")} == live_devices
+    assert snap.value("gpunet_exporter_collector_up", collector="tcp") == 1.0
+    if shutil.which("promtool"):
+        check = subprocess.run(["promtool", "check", "metrics"], input=snap.text(), capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_daemon_ticks_on_time_and_stops_on_sigterm(tmp_path):
+    import time
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from procs import http_get, start_exporter
+
+    proc, url = start_exporter(tmp_path, "--root", str(FIXTURES / "roce-mlx5"), "--fast-interval", "0.1",
+                               "--slow-interval", "0.5")
+    try:
+        def ticks():
+            body = http_get(url + "/metrics")[2].decode()
+            return {s.labels["tick"]: s.value for f in text_string_to_metric_families(body)
+                    for s in f.samples if s.name == "gpunet_exporter_ticks_total"}
+        first, t0 = ticks(), time.monotonic()
+        time.sleep(2.0)
+        second, t1 = ticks(), time.monotonic()
+        fast_rate = (second["fast"] - first.get("fast", 0)) / (t1 - t0)
+        slow_rate = (second["slow"] - first.get("slow", 0)) / (t1 - t0)
+        assert 8 <= fast_rate <= 10.5, fast_rate  # 10 per second, less what the ticks themselves take
+        assert 1.6 <= slow_rate <= 2.1, slow_rate
+    finally:
+        started = time.monotonic()
+        code = proc.stop(timeout=5)
+        assert time.monotonic() - started < 5 and code == 0, proc.log()
