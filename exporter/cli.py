@@ -11,7 +11,9 @@ import sys
 
 from aiohttp import web
 
+from exporter.collectors.gpu import GpuSource
 from exporter.inventory import DEFAULT_EXCLUDE, InventoryOptions
+from exporter.readers.nvml import FixtureGpus, NvmlGpus
 from exporter.registry import Registry
 from exporter.root import Root
 from exporter.sampler import Sampler
@@ -72,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nic-include", default=None, metavar="REGEX", help="export only NICs matching this")
     p.add_argument("--nic-exclude", default=DEFAULT_EXCLUDE, metavar="REGEX",
                    help="do not export NICs matching this (default: loopback and container plumbing)")
+    p.add_argument("--gpu-fixture", default=None, metavar="NVML_JSON",
+                   help="read GPUs from this nvml.json (contract section 6) while reading the real network: "
+                        "for tests and demos")
+    p.add_argument("--no-gpu", action="store_true", help="do not collect GPU metrics (a node without GPUs)")
     p.add_argument("--duration", type=float, default=1.0, help="seconds to sample for 'scrape' (default 1)")
     p.add_argument("--openmetrics", action="store_true", help="'scrape' prints OpenMetrics")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -83,7 +89,20 @@ def make_sampler(args: argparse.Namespace, registry: Registry) -> Sampler:
     fabric = [d for d in args.fabric_devices.split(",") if d] if args.fabric_devices else None
     inventory = InventoryOptions(include=args.nic_include, exclude=args.nic_exclude or None,
                                  link_speeds=dict(args.link_speed), fabric=fabric)
-    return Sampler(Root(args.root), registry, inventory, args.fast_interval, args.slow_interval)
+    root = Root(args.root)
+    return Sampler(root, registry, inventory, args.fast_interval, args.slow_interval, gpu_source(args, root))
+
+
+def gpu_source(args: argparse.Namespace, root: Root) -> GpuSource | None:
+    if args.no_gpu:
+        return None
+    if args.gpu_fixture:
+        return GpuSource(FixtureGpus(args.gpu_fixture))
+    if root.is_live:
+        return GpuSource(NvmlGpus(root))
+    if root.exists("nvml.json"):
+        return GpuSource(FixtureGpus(root.path("nvml.json")))
+    return None  # a fixture node without GPUs
 
 
 async def serve(args: argparse.Namespace) -> None:

@@ -15,8 +15,11 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from exporter.collectors.driver_stats import DriverStatsCollector
+from exporter.collectors.gpu import GpuActivityCollector, GpuSource
+from exporter.collectors.gpu_details import GpuDetailsCollector
 from exporter.collectors.netdev import NetdevCollector
 from exporter.collectors.nic_info import NicInfoCollector
 from exporter.collectors.rdma import RdmaCollector
@@ -37,21 +40,24 @@ MAX_LOGGED_PROBLEMS = 1000
 class Sampler:
     def __init__(self, root: Root, registry: Registry, inventory: InventoryOptions,
                  fast_interval: float = 0.2, slow_interval: float = 1.0,
-                 fast: list[Collector] | None = None, slow: list[Collector] | None = None):
+                 gpus: GpuSource | None = None):
         self.root = root
         self.registry = registry
         self.inventory_options = inventory
         self.fast_interval = fast_interval
         self.slow_interval = slow_interval
         self.wire = WireCollector(root)
-        self.fast: list[Collector] = fast if fast is not None else []
-        self.slow: list[Collector] = slow if slow is not None else [
-            NicInfoCollector(), NetdevCollector(root), RdmaCollector(root), DriverStatsCollector(root),
-            TcpCollector(root)]
+        self.fast: list[Collector] = []
+        self.slow: list[Collector] = [NicInfoCollector(), NetdevCollector(root), RdmaCollector(root),
+                                      DriverStatsCollector(root), TcpCollector(root)]
+        self.gpus = gpus
+        if gpus is not None:
+            self.fast.append(GpuActivityCollector(gpus, fast_interval))
+            self.slow.append(GpuDetailsCollector(gpus))
         self.link_load = LinkLoad()
         self.nics: dict[str, Nic] = {}
         self._counters: dict[str, MonotonicCounters] = {}
-        self._logged: set[tuple[str, str]] = set()
+        self._logged: dict[str, str] = {}  # problem -> collector that first met it
         self._failing: set[str] = set()
         self._fast_pool = ThreadPoolExecutor(1, thread_name_prefix="gpunet-fast")
         self._slow_pool = ThreadPoolExecutor(1, thread_name_prefix="gpunet-slow")
@@ -59,7 +65,7 @@ class Sampler:
         self.last_fast_tick = time.monotonic()
 
     # --- one tick ---------------------------------------------------------------------
-    def slow_tick(self) -> None:
+    def slow_tick(self, now: float | None = None) -> None:
         started = time.perf_counter()
         errors: list[SourceError] = []
         try:
@@ -67,17 +73,19 @@ class Sampler:
         except Exception as e:  # noqa: BLE001 - keep the last inventory, say why
             errors.append(e if isinstance(e, SourceError) else SourceError("inventory", repr(e)))
         self._report("inventory", [], time.perf_counter() - started, errors)
-        ctx = TickContext(time.monotonic(), self.nics)
+        ctx = TickContext(time.monotonic() if now is None else now, self.nics)
         for collector in self.slow:
             self._run(collector, ctx)
 
-    def fast_tick(self) -> None:
-        ctx = TickContext(time.monotonic(), self.nics)
-        self.last_fast_tick = ctx.now
+    def fast_tick(self, now: float | None = None) -> None:
+        """One fast tick; `now` (monotonic seconds) lets tests run ticks on a clock of their own."""
+        ctx = TickContext(time.monotonic() if now is None else now, self.nics)
+        self.last_fast_tick = time.monotonic()
         wire = self._run(self.wire, ctx)
         started = time.perf_counter()
         derived = self.link_load.update(ctx.now, ctx.nics, wire)
         self.registry.publish("link_load", derived, time.perf_counter() - started, 0)
+        ctx = replace(ctx, network_state=self.link_load.network_state)
         for collector in self.fast:
             self._run(collector, ctx)
 
@@ -100,17 +108,18 @@ class Sampler:
 
     def _report(self, name: str, samples: list[Sample], duration: float, errors: list[SourceError]) -> None:
         self.registry.publish(name, samples, duration, len(errors))
-        # Log each distinct problem once (a malformed file would otherwise log every tick).
+        # Log each distinct problem once (a malformed file would otherwise log every tick,
+        # and two collectors reading one broken source would log it twice).
         for e in errors:
-            key = (name, str(e))
-            if key not in self._logged and len(self._logged) < MAX_LOGGED_PROBLEMS:
-                self._logged.add(key)
+            problem = str(e)
+            if problem not in self._logged and len(self._logged) < MAX_LOGGED_PROBLEMS:
+                self._logged[problem] = name
                 log.warning("collector %s: %s", name, e)
         if errors:
             self._failing.add(name)
         elif name in self._failing:
             self._failing.discard(name)
-            self._logged = {k for k in self._logged if k[0] != name}
+            self._logged = {k: v for k, v in self._logged.items() if v != name}
             log.info("collector %s: recovered", name)
 
     # --- the loops --------------------------------------------------------------------
@@ -140,7 +149,7 @@ class Sampler:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for pool in (self._fast_pool, self._slow_pool):
             pool.shutdown(wait=False, cancel_futures=True)
-        for collector in [self.wire, *self.fast, *self.slow]:
+        for collector in [self.wire, *self.fast, *self.slow, self.gpus]:
             close = getattr(collector, "close", None)
             if close is not None:
                 close()

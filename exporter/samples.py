@@ -25,6 +25,7 @@ class TickContext:
 
     now: float  # monotonic clock, seconds
     nics: dict[str, Nic]
+    network_state: str = "quiet"  # the node's, in this fast tick (set after the wire was read)
 
 
 class Collector(Protocol):

@@ -112,6 +112,27 @@ GPU_THROTTLED_SECONDS = _m("gpunet_gpu_throttled_seconds_total", "counter",
                            "Time an NVML clock-event reason that slows the GPU was active.", ("gpu", "reason"), True)
 GPU_SM_CLOCK = _m("gpunet_gpu_sm_clock_hertz", "gauge", "SM clock.", ("gpu",), True)
 
+# --- GPU extras ------------------------------------------------------------------------------
+GPU = ("gpu",)
+GPU_UP = _m("gpunet_gpu_up", "gauge", "1 while NVML answers for the GPU; 0 when it is lost or its calls hang.", GPU)
+GPU_DRIVER_INFO = _m("gpunet_gpu_driver_info", "gauge", "NVIDIA driver version of the node.", ("driver_version",))
+GPU_POWER = _m("gpunet_gpu_power_watts", "gauge", "Power draw.", GPU)
+GPU_TEMPERATURE = _m("gpunet_gpu_temperature_celsius", "gauge", "GPU core temperature.", GPU)
+GPU_MEMORY_USED = _m("gpunet_gpu_memory_used_bytes", "gauge", "Framebuffer memory in use.", GPU)
+GPU_MEMORY_TOTAL = _m("gpunet_gpu_memory_total_bytes", "gauge", "Framebuffer memory size.", GPU)
+GPU_PCIE_TRANSMIT = _m("gpunet_gpu_pcie_transmit_bytes_per_second", "gauge",
+                       "PCIe throughput from the GPU (NVML's 20 ms sample).", GPU)
+GPU_PCIE_RECEIVE = _m("gpunet_gpu_pcie_receive_bytes_per_second", "gauge",
+                      "PCIe throughput to the GPU (NVML's 20 ms sample).", GPU)
+GPU_XID_ERRORS = _m("gpunet_gpu_xid_errors_total", "counter",
+                    "XID critical errors reported by the driver, per XID code.", ("gpu", "xid"))
+GPU_SM_ACTIVE = _m("gpunet_gpu_sm_active_ratio", "gauge",
+                   "Fraction of SMs busy between two slow ticks (NVML GPM, Hopper and newer).", GPU)
+GPU_SM_OCCUPANCY = _m("gpunet_gpu_sm_occupancy_ratio", "gauge",
+                      "Resident warps / theoretical maximum between two slow ticks (NVML GPM).", GPU)
+GPU_TENSOR_ACTIVE = _m("gpunet_gpu_tensor_active_ratio", "gauge",
+                       "Fraction of time any tensor pipe was active between two slow ticks (NVML GPM).", GPU)
+
 # --- Exporter self-metrics -----------------------------------------------------------------
 EXPORTER_BUILD_INFO = _m("gpunet_exporter_build_info", "gauge", "Version of the running exporter.",
                          ("version", "root"))

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.collectors.gpu import GpuSource
 from exporter.inventory import InventoryOptions
+from exporter.readers.nvml import FixtureGpus
 from exporter.registry import Registry
 from exporter.root import Root
 from exporter.sampler import Sampler
@@ -20,15 +22,19 @@ VOLATILE = re.compile(r"^(process_|gpunet_exporter_collector_duration_seconds|"
 
 
 class Node:
-    def __init__(self, root: Path | str, **inventory):
+    def __init__(self, root: Path | str, gpus: str | Path | None = None, **inventory):
         self.registry = Registry(root_label=Path(root).name)
-        self.sampler = Sampler(Root(root), self.registry, InventoryOptions(**inventory))
+        root_ = Root(root)
+        nvml = Path(gpus) if gpus else root_.path("nvml.json")
+        source = GpuSource(FixtureGpus(nvml)) if not root_.is_live and nvml.exists() else None
+        self.sampler = Sampler(root_, self.registry, InventoryOptions(**inventory), gpus=source)
 
-    def tick(self, slow: bool = True, fast: bool = True) -> "Node":
+    def tick(self, slow: bool = True, fast: bool = True, now: float | None = None) -> "Node":
+        """One tick; `now` puts it at that time on a clock of the test's own."""
         if slow:
-            self.sampler.slow_tick()
+            self.sampler.slow_tick(now)
         if fast:
-            self.sampler.fast_tick()
+            self.sampler.fast_tick(now)
         return self
 
     def text(self) -> str:

@@ -17,8 +17,9 @@ NODES = sorted(p.name for p in FIXTURES.iterdir() if (p / "sys").is_dir()) if FI
 
 @pytest.mark.parametrize("name", NODES)
 def test_scrape_matches_golden(name, update_goldens):
-    # One tick: counters as the fixture holds them, derived counters at zero.
-    text = Node(FIXTURES / name).tick().stable_text()
+    # Two ticks one second apart on the test's clock: counters as the fixture holds them,
+    # derived counters (GPU busy/idle, state seconds) over exactly that second.
+    text = Node(FIXTURES / name).tick(now=100.0).tick(slow=False, now=101.0).stable_text()
     golden = GOLDEN / f"{name}.prom"
     if update_goldens:
         golden.write_text(text)

@@ -1,0 +1,133 @@
+"""Fast tick: GPU activity, and GPU idle time split by what the network did meanwhile.
+
+Each tick, for every GPU: busy += utilization x tick, idle{network_state} += the rest,
+throttled{reason} += tick while a throttle reason is active. The network_state is the
+node's, for the same tick (link_load.py), so a 15 s scrape still tells idle-while-paused
+from idle-while-quiet. NVML calls run in per-GPU worker threads with a time limit: a GPU
+that hangs or is lost costs only its own series.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from exporter.bounded import BoundedCalls, Hung
+from exporter.readers.nvml import GpuActivity, GpuLost
+from exporter.root import SourceError
+from exporter.samples import Sample, TickContext
+from gpunet.contract import (GPU_BUSY_SECONDS, GPU_IDLE_SECONDS, GPU_SM_CLOCK, GPU_THROTTLED_SECONDS, GPU_UP,
+                             GPU_UTILIZATION, NETWORK_STATES, THROTTLE_REASONS)
+
+REOPEN_SECONDS = 30.0  # how often to retry NVML when it could not be opened
+GAP_TICKS = 10  # a gap longer than this many ticks (GPU hung, then back) is not integrated
+
+
+class GpuSource:
+    """One opened GPU backend, shared by the fast and the slow GPU collectors."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.driver_version: str | None = None
+        self.identities = []
+        self._next_attempt = 0.0
+        self._open_error: SourceError | None = None
+        self._lock = threading.Lock()  # the fast and the slow tick both open it
+
+    def ensure_open(self) -> None:
+        """Open the backend once; on failure raise (collector down) and retry later, with
+        the same error meanwhile so that it is logged once."""
+        if self.driver_version is not None:
+            return
+        with self._lock:
+            self._open_locked()
+
+    def _open_locked(self) -> None:
+        if self.driver_version is not None:
+            return
+        now = time.monotonic()
+        if now < self._next_attempt and self._open_error is not None:
+            raise self._open_error
+        self._next_attempt = now + REOPEN_SECONDS
+        try:
+            driver_version = self.backend.open()
+            self.identities = self.backend.gpus()
+        except SourceError as e:
+            self._open_error = e
+            raise
+        self.driver_version = driver_version
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class GpuActivityCollector:
+    name = "gpu"
+
+    def __init__(self, source: GpuSource, fast_interval: float = 0.2):
+        self.source = source
+        self.fast_interval = fast_interval
+        self.calls = BoundedCalls("gpunet-nvml-fast")
+        self._last: dict[str, float] = {}  # gpu -> time of its last integrated reading
+        self.busy: dict[str, float] = {}
+        self.idle: dict[tuple[str, str], float] = {}
+        self.throttled: dict[tuple[str, str], float] = {}
+
+    def close(self) -> None:
+        self.calls.close()
+
+    def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
+        self.source.ensure_open()
+        identities = self.source.identities
+        results = self.calls.run({g.index: (lambda i=g.index: self.source.backend.activity(i)) for g in identities},
+                                 timeout=max(0.5 * self.fast_interval, 0.05))
+        samples = []
+        for ident in identities:
+            gpu = str(ident.index)
+            result = results.get(ident.index)
+            if not isinstance(result, GpuActivity):
+                errors.append(_as_error(result, ident.index))
+                self._last.pop(gpu, None)  # the time it was away is not known: not integrated
+                samples.append(Sample(GPU_UP, (gpu,), 0.0))
+                continue
+            self._integrate(gpu, result, ctx)
+            samples.append(Sample(GPU_UP, (gpu,), 1.0))
+            samples.append(Sample(GPU_UTILIZATION, (gpu,), result.utilization))
+            if result.sm_clock_hz is not None:
+                samples.append(Sample(GPU_SM_CLOCK, (gpu,), result.sm_clock_hz))
+            samples.append(Sample(GPU_BUSY_SECONDS, (gpu,), self.busy[gpu]))
+            samples.extend(Sample(GPU_IDLE_SECONDS, (gpu, s), self.idle[(gpu, s)]) for s in NETWORK_STATES)
+            samples.extend(Sample(GPU_THROTTLED_SECONDS, (gpu, r), self.throttled[(gpu, r)])
+                           for r in THROTTLE_REASONS)
+        return samples
+
+    def _integrate(self, gpu: str, reading: GpuActivity, ctx: TickContext) -> None:
+        if gpu not in self.busy:
+            self.busy[gpu] = 0.0
+            for s in NETWORK_STATES:
+                self.idle[(gpu, s)] = 0.0
+            for r in THROTTLE_REASONS:
+                self.throttled[(gpu, r)] = 0.0
+        last = self._last.get(gpu)
+        self._last[gpu] = ctx.now
+        if last is None:
+            return
+        dt = ctx.now - last
+        if dt <= 0 or dt > GAP_TICKS * self.fast_interval:
+            return
+        busy = reading.utilization * dt
+        self.busy[gpu] += busy
+        self.idle[(gpu, ctx.network_state)] += dt - busy
+        for reason in reading.reasons:
+            if (gpu, reason) in self.throttled:
+                self.throttled[(gpu, reason)] += dt
+
+
+def _as_error(result: object, index: int) -> SourceError:
+    if isinstance(result, SourceError):
+        return result
+    if isinstance(result, Hung):
+        return SourceError(f"NVML gpu {index}", f"call hung: {result}")
+    if isinstance(result, GpuLost):
+        return result
+    return SourceError(f"NVML gpu {index}", repr(result))

@@ -1,0 +1,364 @@
+"""GPUs, through NVML (nvidia-ml-py) on a live node or ``nvml.json`` under a fixture root.
+
+Both backends answer the same questions (which GPUs, their activity now, their details,
+XID events since last asked) in plain values; the collectors make samples of them.
+
+nvml.json (contract section 6) may also hold, per GPU, ``power_w``, ``temperature_c``,
+``memory_used_bytes``, ``memory_total_bytes``, ``pcie_tx_bytes_per_second``,
+``pcie_rx_bytes_per_second``, ``gpm`` ({sm_active, sm_occupancy, tensor_active} ratios),
+``xid_errors`` ({xid: count so far}), and, to stand in for failures, ``lost`` (the GPU
+fell off the bus), ``hang_seconds`` (an NVML call that blocks) and ``nvml_error``. A
+``timeline`` list of ``{"after": seconds, "gpus": {"<index>": {field: value}}}`` changes
+readings as time passes since the backend opened (``timeline_period`` repeats it), so a
+test can feed a sequence of readings; the file is also re-read whenever it changes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exporter.root import Root, SourceError
+
+# Clock-event reasons (nvmlClocksEventReason*). Only these slow the GPU down; idle,
+# application-clock, sync-boost and display-clock reasons are not throttling.
+THROTTLE_BITS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                 0x80: "hw_power_brake"}
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_TIMEOUT = 10
+NVML_GPU_UTILIZATION_SAMPLES = 1
+NVML_CLOCK_SM = 1
+NVML_TEMPERATURE_GPU = 0
+NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES = 0, 1
+XID_CRITICAL_ERROR = 0x8
+GPM_METRICS = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active"}  # NVML_GPM_METRIC_* ids
+
+
+class GpuLost(SourceError):
+    """The GPU is gone (NVML_ERROR_GPU_IS_LOST, fell off the bus)."""
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    index: int
+    uuid: str
+    model: str
+    pci_address: str
+    numa_node: str
+
+
+@dataclass(frozen=True)
+class GpuActivity:
+    """What the fast tick needs."""
+
+    utilization: float  # 0..1, the fraction of time a kernel ran
+    sm_clock_hz: float | None
+    reasons: frozenset[str]  # active throttle reasons, contract names
+
+
+@dataclass(frozen=True)
+class GpuDetails:
+    """What the slow tick reads; None where the GPU does not say."""
+
+    power_watts: float | None = None
+    temperature_celsius: float | None = None
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    pcie_transmit_bytes_per_second: float | None = None
+    pcie_receive_bytes_per_second: float | None = None
+    gpm: dict[str, float] | None = None  # None: GPM not supported
+
+
+def normalize_pci(bus_id: str) -> str:
+    """NVML's '00000000:17:00.0' -> sysfs' '0000:17:00.0'."""
+    bus_id = bus_id.strip().lower()
+    domain, sep, rest = bus_id.partition(":")
+    return f"{domain[-4:]:0>4}:{rest}" if sep else bus_id
+
+
+def reasons_from_mask(mask: int) -> frozenset[str]:
+    return frozenset(name for bit, name in THROTTLE_BITS.items() if mask & bit)
+
+
+# --- fixture backend -------------------------------------------------------------------------
+
+class FixtureGpus:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._started = time.monotonic()
+        self._key: tuple[int, int] | None = None
+        self._doc: dict = {}
+
+    def open(self) -> str:
+        return str(self._load().get("driver_version", ""))
+
+    def close(self) -> None:
+        pass
+
+    def _load(self) -> dict:
+        try:
+            st = self.path.stat()
+            key = (st.st_mtime_ns, st.st_size)
+            if key != self._key:
+                doc = json.loads(self.path.read_text())
+                if not isinstance(doc, dict) or not isinstance(doc.get("gpus"), list):
+                    raise SourceError(str(self.path), "expected an object with a 'gpus' list")
+                self._doc, self._key = doc, key
+        except OSError as e:
+            raise SourceError(str(self.path), e.strerror or str(e)) from e
+        except json.JSONDecodeError as e:
+            raise SourceError(f"{self.path}:{e.lineno}", f"not JSON: {e.msg}") from e
+        return self._doc
+
+    def _gpu(self, index: int) -> dict:
+        doc = self._load()
+        gpu = next((g for g in doc["gpus"] if g.get("index") == index), None)
+        if gpu is None:
+            raise GpuLost(f"{self.path} gpu {index}", "GPU no longer listed")
+        gpu = dict(gpu)
+        elapsed = time.monotonic() - self._started
+        period = doc.get("timeline_period")
+        if period:
+            elapsed %= float(period)
+        for step in doc.get("timeline", []):
+            if float(step.get("after", 0)) <= elapsed:
+                gpu.update(step.get("gpus", {}).get(str(index), {}))
+        where = f"{self.path} gpu {index}"
+        if gpu.get("hang_seconds"):
+            time.sleep(float(gpu["hang_seconds"]))
+        if gpu.get("lost"):
+            raise GpuLost(where, "NVML_ERROR_GPU_IS_LOST: GPU is lost")
+        if gpu.get("nvml_error"):
+            raise SourceError(where, str(gpu["nvml_error"]))
+        return gpu
+
+    def gpus(self) -> list[GpuIdentity]:
+        out = []
+        for g in self._load()["gpus"]:
+            try:
+                out.append(GpuIdentity(int(g["index"]), str(g.get("uuid", "")), str(g.get("name", "")),
+                                       normalize_pci(str(g.get("pci_bus_id", ""))),
+                                       "" if g.get("numa_node") is None else str(g["numa_node"])))
+            except (KeyError, TypeError, ValueError) as e:
+                raise SourceError(str(self.path), f"GPU entry without a valid index: {e}") from e
+        return out
+
+    def activity(self, index: int) -> GpuActivity:
+        g = self._gpu(index)
+        try:
+            utilization = float(g["utilization_gpu"]) / 100.0
+            clock = g.get("sm_clock_hz")
+            reasons = frozenset(g.get("clock_event_reasons", []))
+        except (KeyError, TypeError, ValueError) as e:
+            raise SourceError(f"{self.path} gpu {index}", f"bad reading: {e!r}") from e
+        return GpuActivity(min(max(utilization, 0.0), 1.0), float(clock) if clock is not None else None, reasons)
+
+    def details(self, index: int) -> GpuDetails:
+        g = self._gpu(index)
+
+        def num(key: str) -> float | None:
+            return float(g[key]) if g.get(key) is not None else None
+
+        gpm = g.get("gpm")
+        return GpuDetails(num("power_w"), num("temperature_c"), num("memory_used_bytes"),
+                          num("memory_total_bytes"), num("pcie_tx_bytes_per_second"),
+                          num("pcie_rx_bytes_per_second"),
+                          {k: float(v) for k, v in gpm.items()} if isinstance(gpm, dict) else None)
+
+    def xid_counts(self) -> dict[tuple[int, int], int]:
+        """Cumulative XID errors per (gpu index, xid)."""
+        out = {}
+        for g in self._load()["gpus"]:
+            for xid, count in (g.get("xid_errors") or {}).items():
+                out[(int(g["index"]), int(xid))] = int(count)
+        return out
+
+
+# --- live backend ----------------------------------------------------------------------------
+
+@dataclass
+class _LiveGpu:
+    handle: object
+    identity: GpuIdentity
+    last_sample_us: int = 0
+    last_utilization: float = 0.0
+    use_samples: bool = True
+    gpm_samples: list = field(default_factory=list)  # [previous, current] nvmlGpmSample_t, or []
+
+
+class NvmlGpus:
+    """The real thing. NVML is thread-safe; calls that may hang are bounded by the caller."""
+
+    def __init__(self, root: Root):
+        self.root = root
+        self._nvml = None
+        self._gpus: dict[int, _LiveGpu] = {}
+        self._events = None
+        self._xids: dict[tuple[int, int], int] = {}
+
+    def _error(self, where: str, e: Exception) -> SourceError:
+        value = getattr(e, "value", None)
+        if value == NVML_ERROR_GPU_IS_LOST:
+            return GpuLost(where, f"NVML_ERROR_GPU_IS_LOST: {e}")
+        return SourceError(where, str(e))
+
+    def open(self) -> str:
+        try:
+            import pynvml
+        except ImportError as e:
+            raise SourceError("NVML", f"nvidia-ml-py is not installed: {e}") from e
+        try:
+            pynvml.nvmlInit()
+        except Exception as e:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            raise SourceError("NVML", f"cannot initialise NVML (no NVIDIA driver?): {e}") from e
+        self._nvml = pynvml
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            pci = normalize_pci(_text(pynvml.nvmlDeviceGetPciInfo(handle).busId))
+            try:
+                numa = str(pynvml.nvmlDeviceGetNumaNodeId(handle))
+            except Exception:  # noqa: BLE001 - older drivers: ask sysfs
+                numa = self.root.read_optional_str(f"sys/bus/pci/devices/{pci}/numa_node") or ""
+                numa = numa if numa.isdigit() else ""
+            ident = GpuIdentity(i, _text(pynvml.nvmlDeviceGetUUID(handle)), _text(pynvml.nvmlDeviceGetName(handle)),
+                                pci, numa)
+            gpu = _LiveGpu(handle, ident)
+            try:
+                if pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
+                    gpu.gpm_samples = [pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()]
+            except Exception:  # noqa: BLE001 - pre-Hopper or old driver: no GPM
+                gpu.gpm_samples = []
+            self._gpus[i] = gpu
+        try:
+            self._events = pynvml.nvmlEventSetCreate()
+            for gpu in self._gpus.values():
+                try:
+                    pynvml.nvmlDeviceRegisterEvents(gpu.handle, XID_CRITICAL_ERROR, self._events)
+                except Exception:  # noqa: BLE001 - not supported on this GPU
+                    pass
+        except Exception:  # noqa: BLE001
+            self._events = None
+        return _text(pynvml.nvmlSystemGetDriverVersion())
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001
+                pass
+            self._nvml = None
+
+    def gpus(self) -> list[GpuIdentity]:
+        return [g.identity for g in self._gpus.values()]
+
+    def activity(self, index: int) -> GpuActivity:
+        nv, gpu = self._nvml, self._gpus[index]
+        where = f"NVML gpu {index}"
+        try:
+            utilization = self._utilization(gpu)
+            clock = nv.nvmlDeviceGetClockInfo(gpu.handle, NVML_CLOCK_SM) * 1e6
+            try:
+                mask = nv.nvmlDeviceGetCurrentClocksEventReasons(gpu.handle)
+            except AttributeError:
+                mask = nv.nvmlDeviceGetCurrentClocksThrottleReasons(gpu.handle)
+        except Exception as e:  # noqa: BLE001
+            raise self._error(where, e) from e
+        return GpuActivity(utilization, clock, reasons_from_mask(mask))
+
+    def _utilization(self, gpu: _LiveGpu) -> float:
+        """Mean of the driver's utilization samples since the last read (finer than a tick
+        on recent GPUs); utilization rates where samples are not supported."""
+        nv = self._nvml
+        if gpu.use_samples:
+            try:
+                _, samples = nv.nvmlDeviceGetSamples(gpu.handle, NVML_GPU_UTILIZATION_SAMPLES, gpu.last_sample_us)
+                fresh = [s for s in samples if s.timeStamp > gpu.last_sample_us]
+                if fresh:
+                    gpu.last_sample_us = max(s.timeStamp for s in fresh)
+                    gpu.last_utilization = sum(s.sampleValue.uiVal for s in fresh) / len(fresh) / 100.0
+                return min(max(gpu.last_utilization, 0.0), 1.0)
+            except nv.NVMLError as e:
+                if e.value == NVML_ERROR_NOT_FOUND:  # no new sample since last time
+                    return gpu.last_utilization
+                if e.value == NVML_ERROR_GPU_IS_LOST:
+                    raise
+                gpu.use_samples = False
+        return nv.nvmlDeviceGetUtilizationRates(gpu.handle).gpu / 100.0
+
+    def details(self, index: int) -> GpuDetails:
+        nv, gpu = self._nvml, self._gpus[index]
+
+        def opt(fn, *args):
+            try:
+                return fn(gpu.handle, *args)
+            except nv.NVMLError as e:
+                if e.value == NVML_ERROR_GPU_IS_LOST:
+                    raise self._error(f"NVML gpu {index}", e) from e
+                return None  # not supported on this GPU
+
+        power = opt(nv.nvmlDeviceGetPowerUsage)
+        temp = opt(nv.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU)
+        mem = opt(nv.nvmlDeviceGetMemoryInfo)
+        tx = opt(nv.nvmlDeviceGetPcieThroughput, NVML_PCIE_UTIL_TX_BYTES)
+        rx = opt(nv.nvmlDeviceGetPcieThroughput, NVML_PCIE_UTIL_RX_BYTES)
+        return GpuDetails(power / 1000.0 if power is not None else None, float(temp) if temp is not None else None,
+                          float(mem.used) if mem is not None else None, float(mem.total) if mem is not None else None,
+                          tx * 1024.0 if tx is not None else None, rx * 1024.0 if rx is not None else None,
+                          self._gpm(gpu))
+
+    def _gpm(self, gpu: _LiveGpu) -> dict[str, float] | None:
+        """GPM metrics between this call's sample and the previous one (Hopper and newer)."""
+        if not gpu.gpm_samples:
+            return None
+        nv = self._nvml
+        previous, current = gpu.gpm_samples
+        try:
+            nv.nvmlGpmSampleGet(gpu.handle, current)
+            first = getattr(gpu, "gpm_primed", False)
+            gpu.gpm_samples = [current, previous]  # the next call compares against this one
+            gpu.gpm_primed = True  # type: ignore[attr-defined]
+            if not first:
+                return {}
+            request = nv.c_nvmlGpmMetricsGet_t()
+            request.version = nv.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = len(GPM_METRICS)
+            request.sample1, request.sample2 = previous, current
+            for i, metric_id in enumerate(GPM_METRICS):
+                request.metrics[i].metricId = metric_id
+            nv.nvmlGpmMetricsGet(request)
+            return {GPM_METRICS[request.metrics[i].metricId]: request.metrics[i].value / 100.0
+                    for i in range(len(GPM_METRICS)) if request.metrics[i].nvmlReturn == 0}
+        except Exception:  # noqa: BLE001 - GPM hiccups cost only GPM
+            return {}
+
+    def xid_counts(self) -> dict[tuple[int, int], int]:
+        if self._events is None:
+            return dict(self._xids)
+        nv = self._nvml
+        by_handle = {id(g.handle): i for i, g in self._gpus.items()}
+        for _ in range(1000):  # drain what arrived since the last tick, never block
+            try:
+                event = nv.nvmlEventSetWait(self._events, 0)
+            except Exception:  # noqa: BLE001 - NVML_ERROR_TIMEOUT: nothing more
+                break
+            index = next((i for i, g in self._gpus.items()
+                          if _same_handle(g.handle, event.device)), by_handle.get(id(event.device), -1))
+            key = (index, int(event.eventData))
+            self._xids[key] = self._xids.get(key, 0) + 1
+        return dict(self._xids)
+
+
+def _same_handle(a, b) -> bool:
+    import ctypes
+
+    try:
+        return ctypes.cast(a, ctypes.c_void_p).value == ctypes.cast(b, ctypes.c_void_p).value
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

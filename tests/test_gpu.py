@@ -1,0 +1,165 @@
+"""GPU collectors over nvml.json fixtures: busy/idle integration, the idle split by network
+state, throttling, a GPU lost or hung mid-run, and no NVML at all."""
+
+import json
+import time
+
+import pytest
+
+from conftest import FIXTURES
+from exporter.readers.nvml import reasons_from_mask
+from exporter_harness import Node
+from test_fixture_nodes import ethtool, set_ethtool
+
+STATES = ("paused", "saturated", "active", "quiet")
+
+
+def nvml(root):
+    return json.loads((root / "nvml.json").read_text())
+
+
+def set_gpu(root, index, **fields):
+    doc = nvml(root)
+    for gpu in doc["gpus"]:
+        if gpu["index"] == index:
+            gpu.update(fields)
+            for key in [k for k, v in fields.items() if v is None]:
+                del gpu[key]
+    (root / "nvml.json").write_text(json.dumps(doc))
+
+
+def idle(node, gpu):
+    return {s: node.value("gpunet_gpu_idle_seconds_total", gpu=gpu, network_state=s) for s in STATES}
+
+
+def gpu_copy(node_copy, name="h100-8gpu"):
+    # The GPU nodes link to roce-mlx5's network; copy both so the links still resolve.
+    node_copy("roce-mlx5")
+    return node_copy(name)
+
+
+def test_busy_plus_idle_is_wall_time_and_busy_is_utilization(node_copy):
+    root = gpu_copy(node_copy)
+    node = Node(root).tick(now=0.0)
+    for t in (0.2, 0.4, 0.6, 1.0):
+        node.tick(slow=False, now=t)
+    for gpu in map(str, range(8)):
+        busy = node.value("gpunet_gpu_busy_seconds_total", gpu=gpu)
+        utilization = nvml(root)["gpus"][int(gpu)]["utilization_gpu"] / 100
+        assert busy == pytest.approx(utilization * 1.0)
+        assert busy + sum(idle(node, gpu).values()) == pytest.approx(1.0)
+        assert idle(node, gpu)["quiet"] == pytest.approx(1.0 - busy)  # a static fixture: no traffic
+
+
+def test_idle_goes_to_paused_while_the_fabric_receives_pauses(node_copy):
+    root = gpu_copy(node_copy)
+    node = Node(root).tick(now=0.0)
+    set_gpu(root, 0, utilization_gpu=10)
+    node.tick(slow=False, now=0.2)  # quiet
+    pauses = ethtool(root, "ens1f0np0")["rx_prio3_pause"]
+    set_ethtool(root, "ens1f0np0", rx_prio3_pause=pauses + 500)
+    node.tick(slow=False, now=0.4)  # pauses arrived in this tick
+    node.tick(slow=False, now=0.6)  # quiet again
+    split = idle(node, "0")
+    assert split["paused"] == pytest.approx(0.2 * 0.9)
+    assert split["quiet"] == pytest.approx(0.4 * 0.9)
+    assert node.value("gpunet_node_network_state_seconds_total", network_state="paused") == pytest.approx(0.2)
+
+
+def test_idle_goes_to_saturated_while_a_fabric_nic_runs_at_line_rate(node_copy):
+    root = gpu_copy(node_copy)
+    node = Node(root).tick(now=0.0)
+    speed = int((root / "sys/class/net/ens1f1np1/speed").read_text()) * 1e6 / 8
+    tx = ethtool(root, "ens1f1np1")["tx_bytes_phy"]
+    set_ethtool(root, "ens1f1np1", tx_bytes_phy=tx + int(0.95 * speed * 0.2))
+    node.tick(slow=False, now=0.2)
+    set_ethtool(root, "ens1f1np1", tx_bytes_phy=tx + int(0.95 * speed * 0.2) + int(0.20 * speed * 0.2))
+    node.tick(slow=False, now=0.4)
+    split = idle(node, "4")
+    assert split["saturated"] == pytest.approx(0.2 * 0.13)
+    assert split["active"] == pytest.approx(0.2 * 0.13)
+
+
+def test_throttle_reasons_count_only_slowdowns():
+    assert reasons_from_mask(0x1 | 0x2 | 0x10 | 0x100) == frozenset()  # idle, app clocks, sync boost, display
+    assert reasons_from_mask(0x4 | 0x8 | 0x20 | 0x40 | 0x80) == frozenset(
+        {"sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"})
+
+
+def test_throttled_gpu_accrues_its_reasons(node_copy):
+    root = gpu_copy(node_copy, "h100-throttled")
+    node = Node(root).tick(now=0.0).tick(slow=False, now=2.0)
+    throttled = {dict(k)["gpu"] + "/" + dict(k)["reason"]: v
+                 for k, v in node.series("gpunet_gpu_throttled_seconds_total").items() if v > 0}
+    expected = {f"{g['index']}/{r}": 2.0 for g in nvml(root)["gpus"] for r in g["clock_event_reasons"]}
+    assert throttled == pytest.approx(expected) and expected
+    slow = next(g for g in nvml(root)["gpus"] if g["clock_event_reasons"])
+    assert node.value("gpunet_gpu_sm_clock_hertz", gpu=str(slow["index"])) == slow["sm_clock_hz"]
+
+
+def test_gpu_lost_mid_run_costs_only_its_series_and_comes_back_monotonic(node_copy):
+    root = gpu_copy(node_copy)
+    node = Node(root).tick(now=0.0).tick(slow=False, now=1.0)
+    busy_before = node.value("gpunet_gpu_busy_seconds_total", gpu="3")
+    set_gpu(root, 3, lost=True)
+    node.tick(now=2.0)
+    assert node.value("gpunet_gpu_up", gpu="3") == 0.0
+    assert node.value("gpunet_gpu_busy_seconds_total", gpu="3") is None
+    assert not any(dict(k).get("gpu") == "3" for k in node.series("gpunet_gpu_info"))
+    assert node.value("gpunet_exporter_collector_errors_total", collector="gpu") >= 1
+    assert node.value("gpunet_gpu_busy_seconds_total", gpu="2") > busy_before  # the others go on
+    assert node.value("gpunet_nic_transmit_bytes_total", device="ens1f0np0") is not None
+    set_gpu(root, 3, lost=None)
+    node.tick(now=3.0).tick(slow=False, now=4.0)
+    assert node.value("gpunet_gpu_up", gpu="3") == 1.0
+    assert node.value("gpunet_gpu_busy_seconds_total", gpu="3") >= busy_before
+
+
+def test_a_hung_nvml_call_never_blocks_the_tick(node_copy):
+    root = gpu_copy(node_copy)
+    node = Node(root).tick()
+    set_gpu(root, 2, hang_seconds=1.5)
+    started = time.monotonic()
+    node.tick(slow=False)
+    assert time.monotonic() - started < 0.5
+    assert node.value("gpunet_gpu_up", gpu="2") == 0.0
+    assert node.value("gpunet_gpu_up", gpu="1") == 1.0
+    set_gpu(root, 2, hang_seconds=None)
+    node.tick(slow=False)  # the hung call is still running: GPU 2 still down, nothing piles up
+    assert node.value("gpunet_gpu_up", gpu="2") == 0.0
+    time.sleep(1.6)
+    node.tick(slow=False)
+    assert node.value("gpunet_gpu_up", gpu="2") == 1.0
+
+
+def test_corrupt_nvml_json_takes_down_only_the_gpu_collectors(node_copy):
+    root = gpu_copy(node_copy)
+    (root / "nvml.json").write_text('{"driver_version": "550", "gpus": [\n  {"index": 0,\n')
+    node = Node(root).tick().tick(slow=False)
+    assert node.value("gpunet_exporter_collector_up", collector="gpu") == 0.0
+    assert node.value("gpunet_exporter_collector_up", collector="wire") == 1.0
+    assert node.value("gpunet_nic_transmit_bytes_total", device="ens1f0np0") is not None
+
+
+def test_no_nvidia_driver_reports_down_logs_one_line_and_serves_the_rest():
+    import os
+    import subprocess
+
+    import pynvml
+
+    from procs import REPO, exporter_command
+    try:
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has an NVIDIA driver")
+    except pynvml.NVMLError:
+        pass
+    result = subprocess.run(exporter_command("scrape", "--duration", "1.5"), cwd=REPO, capture_output=True,
+                            text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr
+    assert 'gpunet_exporter_collector_up{collector="gpu"} 0.0' in result.stdout
+    assert 'gpunet_exporter_collector_up{collector="gpu_details"} 0.0' in result.stdout
+    assert 'gpunet_exporter_collector_up{collector="wire"} 1.0' in result.stdout
+    assert "gpunet_tcp_sent_segments_total" in result.stdout
+    nvml_lines = [l for l in result.stderr.splitlines() if "NVML" in l]
+    assert len(nvml_lines) == 1, result.stderr
