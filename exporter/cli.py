@@ -144,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         from exporter.snapshot import write_snapshot
 
-        written = write_snapshot(Root(args.root), args.out_dir)
+        root = Root(args.root)
+        source = gpu_source(args, root)
+        written = write_snapshot(root, args.out_dir, source.backend if source else None)
         print(f"wrote {written} files to {args.out_dir}", file=sys.stderr)
         return 0
     if args.command == "scrape":

@@ -7,6 +7,8 @@ exporter run with `--root OUT_DIR` shows the same counters.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from pathlib import Path
 
@@ -24,6 +26,7 @@ PORT_FILES = ("link_layer", "rate", "state", "phys_state", "gid_attrs/ndevs/0", 
               "hw_counters/*", "counters_ext/*")
 RDMA_DEVICE_FILES = ("node_type", "fw_ver", "hca_type", "board_id")
 PROC_FILES = ("proc/net/snmp", "proc/net/netstat")
+log = logging.getLogger("gpunet.exporter")
 
 
 class _Writer:
@@ -54,7 +57,33 @@ class _Writer:
         self.text(f"{rel_dir}/.keep", "")
 
 
-def write_snapshot(src: Root, out_dir: str | os.PathLike) -> int:
+def gpu_document(gpus) -> dict:
+    """nvml.json (contract section 6) from an opened GPU backend's current readings."""
+    doc = {"driver_version": gpus.open(), "gpus": []}
+    xids = gpus.xid_counts()
+    for ident in gpus.gpus():
+        entry = {"index": ident.index, "uuid": ident.uuid, "name": ident.model, "pci_bus_id": ident.pci_address,
+                 "numa_node": int(ident.numa_node) if ident.numa_node else None}
+        try:
+            activity = gpus.activity(ident.index)
+            details = gpus.details(ident.index)
+        except SourceError as e:
+            entry["nvml_error"] = str(e)
+            doc["gpus"].append(entry)
+            continue
+        entry.update(utilization_gpu=round(activity.utilization * 100, 1), sm_clock_hz=activity.sm_clock_hz,
+                     clock_event_reasons=sorted(activity.reasons), power_w=details.power_watts,
+                     temperature_c=details.temperature_celsius, memory_used_bytes=details.memory_used_bytes,
+                     memory_total_bytes=details.memory_total_bytes,
+                     pcie_tx_bytes_per_second=details.pcie_transmit_bytes_per_second,
+                     pcie_rx_bytes_per_second=details.pcie_receive_bytes_per_second, gpm=details.gpm,
+                     xid_errors={str(x): n for (g, x), n in xids.items() if g == ident.index})
+        doc["gpus"].append({k: v for k, v in entry.items() if v is not None})
+    return doc
+
+
+def write_snapshot(src: Root, out_dir: str | os.PathLike, gpus=None) -> int:
+    """Write the node's files under out_dir; `gpus`, a GPU backend, adds nvml.json."""
     out = Path(out_dir)
     w = _Writer(src, out)
     nics = discover(src, InventoryOptions(exclude=None), [])
@@ -83,4 +112,11 @@ def write_snapshot(src: Root, out_dir: str | os.PathLike) -> int:
     for rel in PROC_FILES:
         if src.exists(rel):
             w.text(rel, src.read_text(rel))
+    if gpus is not None:
+        try:
+            w.text("nvml.json", json.dumps(gpu_document(gpus), indent=1) + "\n")
+        except SourceError as e:
+            log.warning("snapshot: no GPUs written: %s", e)
+        finally:
+            gpus.close()
     return w.count

@@ -15,6 +15,7 @@ Run: pytest -m netns tests/test_live_network.py -s   (root; ip, tc, nft, iperf3,
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -188,3 +189,51 @@ def test_promtool_check_metrics(lab, exporter):
                           timeout=30)
     problems = (proc.stdout + proc.stderr).strip()
     assert proc.returncode == 0 and not problems, f"promtool check metrics (rc {proc.returncode}):\n{problems}"
+
+
+IDLE = "gpunet_gpu_idle_seconds_total"
+BUSY = "gpunet_gpu_busy_seconds_total"
+
+
+def test_gpu_idle_split_by_real_network_state(lab, tmp_path):
+    """GPUs read from a fixture (30% busy), the network for real: while iperf3 fills the
+    shaped veth, idle time lands in `saturated`; before and after, in `quiet`."""
+    gpus = tmp_path / "nvml.json"
+    gpus.write_text(json.dumps({"driver_version": "550.90.07", "gpus": [
+        {"index": i, "uuid": f"GPU-{i}", "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": f"00000000:1{i}:00.0",
+         "numa_node": 0, "utilization_gpu": 30, "sm_clock_hz": 1980000000, "clock_event_reasons": []}
+        for i in range(2)]}))
+    exp = nx.Exporter(lab.a, [f"--link-speed={DEV}={RATE_MBIT}Mbit", f"--nic-include=^{DEV}$",
+                              f"--fabric-devices={DEV}", f"--gpu-fixture={gpus}"], tmp_path / "exporter.log")
+    lab.cleanups.append(exp.stop)
+    exp.wait_healthy()
+    exp.wait_for(lambda s: s.get(IDLE, gpu="1", network_state="quiet") is not None, what="GPU idle series")
+    time.sleep(1.0)
+
+    def split(scrape):
+        return {state: scrape.value(IDLE, gpu="0", network_state=state)
+                for state in ("paused", "saturated", "active", "quiet")}
+
+    first = exp.scrape()
+    quiet_phase, busy_before = split(first), first.value(BUSY, gpu="0")
+    t0 = time.monotonic()
+    result = nx.iperf3(lab.a, lab.b, nx.ADDR_B, 3, IPERF_PORT)
+    during = split(exp.scrape())
+    time.sleep(1.5)
+    after_scrape = exp.scrape()
+    after, elapsed = split(after_scrape), time.monotonic() - t0
+    duration = result["end"]["sum_sent"]["seconds"]
+
+    saturated = during["saturated"] - quiet_phase["saturated"]
+    print(f"\n[gpu idle] during iperf3 ({duration:.2f} s): saturated +{saturated:.3f} s, quiet "
+          f"+{during['quiet'] - quiet_phase['quiet']:.3f} s; 1.5 s after: quiet +{after['quiet'] - during['quiet']:.3f} s")
+    assert quiet_phase["quiet"] > 0 and quiet_phase["saturated"] == 0, quiet_phase
+    # 70% of the time GPUs were idle, and the network was saturated for (about) the transfer.
+    assert abs(saturated - 0.7 * duration) <= 0.25 * 0.7 * duration, saturated
+    assert after["saturated"] == during["saturated"], "idle counted as saturated after traffic stopped"
+    assert after["quiet"] - during["quiet"] >= 0.7 * 1.2
+    # The invariant: busy + all idle states grew by the wall time (scrapes bracket it loosely).
+    busy = after_scrape.value(BUSY, gpu="0") - busy_before
+    idle = sum(after.values()) - sum(quiet_phase.values())
+    assert busy == pytest.approx(0.3 * elapsed, rel=0.15), (busy, elapsed)
+    assert busy + idle == pytest.approx(elapsed, rel=0.1), (busy, idle, elapsed)
