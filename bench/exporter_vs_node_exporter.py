@@ -434,7 +434,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--node-exporter", help="node_exporter binary (default /usr/bin/prometheus-node-exporter)")
     p.add_argument("--keep", action="store_true", help="keep the generated fixture and the exporters' logs")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
+    p.add_argument("--save", metavar="FILE", help="also write the JSON results to FILE")
     args = p.parse_args(argv)
+    # A SIGTERM to the benchmark still stops the exporters (the finally blocks run).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     ne = node_exporter_binary(args.node_exporter)
     if ne is None:
@@ -482,12 +485,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
 
+    text = table(report)
+    report["verdicts"] = [{"target": t, "value": v, "pass": ok} for t, v, ok in report["verdicts"]]
+    if args.save:
+        Path(args.save).write_text(json.dumps(report, indent=2) + "\n")
     if args.json:
-        report["verdicts"] = [{"target": t, "value": v, "pass": ok} for t, v, ok in report["verdicts"]]
         json.dump(report, sys.stdout, indent=2)
         print()
     else:
-        print(table(report))
+        print(text)
     return 0
 
 

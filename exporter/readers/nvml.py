@@ -187,6 +187,7 @@ class _LiveGpu:
     last_utilization: float = 0.0
     use_samples: bool = True
     gpm_samples: list = field(default_factory=list)  # [previous, current] nvmlGpmSample_t, or []
+    gpm_primed: bool = False  # a first GPM sample was taken
 
 
 class NvmlGpus:
@@ -317,10 +318,9 @@ class NvmlGpus:
         previous, current = gpu.gpm_samples
         try:
             nv.nvmlGpmSampleGet(gpu.handle, current)
-            first = getattr(gpu, "gpm_primed", False)
             gpu.gpm_samples = [current, previous]  # the next call compares against this one
-            gpu.gpm_primed = True  # type: ignore[attr-defined]
-            if not first:
+            if not gpu.gpm_primed:
+                gpu.gpm_primed = True
                 return {}
             request = nv.c_nvmlGpmMetricsGet_t()
             request.version = nv.NVML_GPM_METRICS_GET_VERSION
@@ -338,14 +338,12 @@ class NvmlGpus:
         if self._events is None:
             return dict(self._xids)
         nv = self._nvml
-        by_handle = {id(g.handle): i for i, g in self._gpus.items()}
         for _ in range(1000):  # drain what arrived since the last tick, never block
             try:
                 event = nv.nvmlEventSetWait(self._events, 0)
             except Exception:  # noqa: BLE001 - NVML_ERROR_TIMEOUT: nothing more
                 break
-            index = next((i for i, g in self._gpus.items()
-                          if _same_handle(g.handle, event.device)), by_handle.get(id(event.device), -1))
+            index = next((i for i, g in self._gpus.items() if _same_handle(g.handle, event.device)), -1)
             key = (index, int(event.eventData))
             self._xids[key] = self._xids.get(key, 0) + 1
         return dict(self._xids)

@@ -1,0 +1,124 @@
+"""A client of the Prometheus HTTP API (Prometheus, VictoriaMetrics, Thanos, Mimir...).
+
+Async (aiohttp), with bearer token, basic auth, a custom CA, timeouts and a bound on
+concurrent requests. Errors become PromError with a one-line cause; credentials never
+appear in a message (URLs are shown without their userinfo, tokens never).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+
+
+class PromError(Exception):
+    """A request to the Prometheus API failed; str() is a one-line cause fit for users."""
+
+
+def redact(url: str) -> str:
+    """The URL without user:password@."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+@dataclass
+class Auth:
+    bearer_token: str | None = None
+    username: str | None = None
+    password: str | None = None
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+
+
+class PrometheusClient:
+    def __init__(self, url: str, auth: Auth | None = None, timeout: float = 60.0, concurrency: int = 8):
+        auth = auth or Auth()
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise PromError(f"not an http(s) URL: {redact(url)}")
+        if parts.username is not None and auth.username is None:  # http://user:pass@host
+            auth.username, auth.password = parts.username, parts.password or ""
+        self.url = redact(url).rstrip("/")
+        self._auth = auth
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._semaphore = asyncio.Semaphore(concurrency)
+        self._session: aiohttp.ClientSession | None = None
+        self.requests = 0
+
+    async def __aenter__(self) -> "PrometheusClient":
+        headers = {}
+        if self._auth.bearer_token:
+            headers["Authorization"] = f"Bearer {self._auth.bearer_token}"
+        basic = aiohttp.BasicAuth(self._auth.username, self._auth.password or "") if self._auth.username else None
+        ssl_ctx: ssl.SSLContext | bool = True
+        if self._auth.ca_file:
+            ssl_ctx = ssl.create_default_context(cafile=self._auth.ca_file)
+        if self._auth.insecure_skip_verify:
+            ssl_ctx = False
+        self._session = aiohttp.ClientSession(headers=headers, auth=basic, timeout=self._timeout,
+                                              connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=32))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def _get(self, path: str, params: list[tuple[str, str]], method: str = "POST") -> object:
+        assert self._session is not None, "use 'async with PrometheusClient(...)'"
+        url = self.url + path
+        async with self._semaphore:
+            self.requests += 1
+            try:
+                # POST form where the API allows it: long PromQL and many match[] fit.
+                request = self._session.post(url, data=params) if method == "POST" else \
+                    self._session.get(url, params=params)
+                async with request as resp:
+                    text = await resp.text()
+                    if resp.status in (401, 403):
+                        raise PromError(f"{self.url}: unauthorised (HTTP {resp.status}); check the token or "
+                                        f"basic auth")
+                    try:
+                        body = await resp.json(content_type=None) if text else {}
+                    except ValueError:
+                        body = {}
+                    if resp.status >= 400 or body.get("status") != "success":
+                        cause = body.get("error") or text.strip()[:200] or f"HTTP {resp.status}"
+                        raise PromError(f"{self.url}{path}: {cause}")
+                    return body["data"]
+            except asyncio.TimeoutError:
+                raise PromError(f"{self.url}{path}: no answer within {self._timeout.total:.0f}s") from None
+            except aiohttp.ClientConnectorError as e:
+                raise PromError(f"{self.url}: cannot connect ({e.os_error.strerror if e.os_error else e})") \
+                    from None
+            except aiohttp.ClientError as e:
+                raise PromError(f"{self.url}{path}: {type(e).__name__}: {e}") from None
+
+    async def query(self, expr: str, time: float) -> dict:
+        return await self._get("/api/v1/query", [("query", expr), ("time", f"{time:.3f}")])  # type: ignore
+
+    async def query_range(self, expr: str, start: float, end: float, step: float) -> dict:
+        return await self._get("/api/v1/query_range", [("query", expr), ("start", f"{start:.3f}"),
+                                                        ("end", f"{end:.3f}"), ("step", f"{step:g}")])  # type: ignore
+
+    async def series(self, matches: list[str], start: float, end: float) -> list[dict]:
+        params = [("match[]", m) for m in matches] + [("start", f"{start:.3f}"), ("end", f"{end:.3f}")]
+        return await self._get("/api/v1/series", params)  # type: ignore
+
+    async def label_values(self, label: str, matches: list[str], start: float, end: float) -> list[str]:
+        params = [("match[]", m) for m in matches] + [("start", f"{start:.3f}"), ("end", f"{end:.3f}")]
+        return await self._get(f"/api/v1/label/{label}/values", params, "GET")  # type: ignore
+
+    async def metadata(self) -> dict[str, list[dict]]:
+        try:
+            return await self._get("/api/v1/metadata", [], "GET")  # type: ignore
+        except PromError:
+            return {}  # not every engine serves metadata: types then come from the contract

@@ -1,0 +1,196 @@
+"""gpunet-trace: move incidents between Prometheus and trace files.
+
+    gpunet-trace export --prometheus URL --since 30m [--match SELECTOR] OUT.om.gz
+    gpunet-trace load TRACE [--data DIR] [--serve [--listen 127.0.0.1:9090]]
+
+export writes the raw samples a server holds for the gpunet series (range-vector
+queries: the samples as scraped, not resampled), a family at a time, split by time so no
+single query is large. load backfills a trace into a Prometheus data folder with
+`promtool tsdb create-blocks-from openmetrics` and can serve it for investigation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from gpunet.contract import BY_NAME
+from gpunet.promapi import Auth, PromError, PrometheusClient
+from gpunet.trace import TraceWriter
+from gpunet.window import resolve, rfc3339
+
+CHUNK_SECONDS = 3600.0  # one range query covers at most this much time
+
+
+def _inner(selector: str) -> tuple[str | None, str]:
+    """'name{a="b"}' -> ('name', 'a="b"'); '{a="b"}' -> (None, 'a="b"')."""
+    selector = selector.strip()
+    name, brace, rest = selector.partition("{")
+    return (name.strip() or None), rest.rstrip().removesuffix("}") if brace else ""
+
+
+def _type_of(name: str, metadata: dict[str, list[dict]]) -> str:
+    if name in BY_NAME:
+        return BY_NAME[name].type
+    for key in (name, name.removesuffix("_total")):
+        if metadata.get(key):
+            t = metadata[key][0].get("type", "gauge")
+            return t if t in ("counter", "gauge") else "gauge"
+    return "counter" if name.endswith("_total") else "gauge"
+
+
+async def export(client: PrometheusClient, out: Path, start: float, end: float, match: str | None,
+                 progress=None) -> int:
+    selected_name, matchers = _inner(match) if match else (None, "")
+    selector = "{" + ",".join(m for m in ('__name__=~"gpunet_.*"', matchers) if m) + "}"
+    names = [selected_name] if selected_name else sorted(await client.label_values("__name__", [selector], start, end))
+    if not names:
+        raise PromError(f"{client.url}: no gpunet series between {rfc3339(start)} and {rfc3339(end)}")
+    metadata = await client.metadata()
+    chunks = []
+    t = start
+    while t < end:
+        chunks.append((t, min(t + CHUNK_SECONDS, end)))
+        t += CHUNK_SECONDS
+    with TraceWriter(out) as writer:
+        for i, name in enumerate(names):
+            inner = ",".join(m for m in (f'__name__="{name}"', matchers) if m)
+            # A range vector returns the raw samples in (t - range, t]; the first chunk
+            # reaches back a millisecond so that a sample exactly at `start` is kept.
+            results = await asyncio.gather(*(
+                client.query("{" + inner + "}" + f"[{int((ce - cs) * 1000) + (1 if k == 0 else 0)}ms]", ce)
+                for k, (cs, ce) in enumerate(chunks)))
+            series: dict[tuple, tuple[dict, list, list]] = {}
+            for result in results:
+                for item in result.get("result", []):
+                    labels = {k: v for k, v in item["metric"].items() if k != "__name__"}
+                    entry = series.setdefault(tuple(sorted(labels.items())), (labels, [], []))
+                    for ts, value in item.get("values", []):
+                        if entry[1] and ts <= entry[1][-1]:
+                            continue  # chunk boundaries: each sample once
+                        entry[1].append(ts)
+                        entry[2].append(float(value))
+            if not series:
+                continue
+            writer.family(name, _type_of(name, metadata))
+            for key in sorted(series):
+                labels, ts, vs = series[key]
+                writer.series(name, labels, ts, vs)
+            if progress:
+                progress(f"{i + 1}/{len(names)} {name}: {len(series)} series")
+        return writer.samples
+
+
+def trace_time_range(path: Path) -> tuple[float, float, int]:
+    """(first, last, samples) timestamps of a trace, by a plain line scan."""
+    lo, hi, n = float("inf"), float("-inf"), 0
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.startswith("#") or not line.strip():
+                continue
+            try:
+                t = float(line.rsplit(" ", 2)[-1])
+            except (ValueError, IndexError):
+                raise ValueError(f"{path}:{lineno}: sample without a timestamp: {line.strip()[:80]!r}") from None
+            lo, hi, n = min(lo, t), max(hi, t), n + 1
+    return lo, hi, n
+
+
+def load(trace: Path, data: Path) -> tuple[float, float, int]:
+    """Backfill a trace into a Prometheus data folder; returns its time range and sample count."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        raise RuntimeError("promtool not found: install Debian's 'prometheus' package")
+    data.mkdir(parents=True, exist_ok=True)
+    plain = data / trace.name.removesuffix(".gz")
+    if trace.suffix == ".gz":
+        with gzip.open(trace, "rb") as src, open(plain, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    else:
+        shutil.copyfile(trace, plain)
+    try:
+        first, last, samples = trace_time_range(plain)
+        result = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(plain), str(data)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"promtool could not load {trace}: {result.stderr.strip() or result.stdout.strip()}")
+    finally:
+        plain.unlink(missing_ok=True)
+    return first, last, samples
+
+
+def prometheus_command(data: Path, listen: str) -> list[str]:
+    config = data / "prometheus.yml"
+    config.write_text(json.dumps({"global": {"scrape_interval": "15s"}, "scrape_configs": []}))
+    # Backfilled traces are old: without a long retention, Prometheus deletes them at start.
+    return ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={data}", f"--web.listen-address={listen}",
+            "--storage.tsdb.retention.time=100y", "--query.lookback-delta=5m"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpunet-trace", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("export", help="write what a Prometheus server holds into a trace file")
+    e.add_argument("out", help="trace file to write (.om or .om.gz)")
+    e.add_argument("--prometheus", default=os.environ.get("GPUNET_PROMETHEUS_URL"),
+                   help="Prometheus API base URL (default $GPUNET_PROMETHEUS_URL)")
+    e.add_argument("--since", help="window length ending at --end or now, e.g. 30m")
+    e.add_argument("--start", help="window start, RFC 3339 or Unix seconds")
+    e.add_argument("--end", help="window end, RFC 3339 or Unix seconds (default now)")
+    e.add_argument("--match", help='series selector to narrow the export, e.g. \'{job="gpunet"}\'')
+    e.add_argument("--bearer-token-file", help="file holding a bearer token")
+    e.add_argument("--basic-auth-user", help="basic auth user (password from $GPUNET_PROMETHEUS_PASSWORD)")
+    e.add_argument("--ca-file", help="CA certificate(s) to verify the server")
+    e.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+    lo = sub.add_parser("load", help="backfill a trace into a Prometheus data folder")
+    lo.add_argument("trace")
+    lo.add_argument("--data", help="data folder (default: TRACE name + .tsdb in the current folder)")
+    lo.add_argument("--serve", action="store_true", help="then run Prometheus on it until interrupted")
+    lo.add_argument("--listen", default="127.0.0.1:9090", help="address for --serve (default 127.0.0.1:9090)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "export":
+            if not args.prometheus:
+                raise ValueError("give --prometheus URL (or set GPUNET_PROMETHEUS_URL)")
+            start, end = resolve(args.since, args.start, args.end)
+            auth = Auth(bearer_token=Path(args.bearer_token_file).read_text().strip() if args.bearer_token_file
+                        else None, username=args.basic_auth_user,
+                        password=os.environ.get("GPUNET_PROMETHEUS_PASSWORD"), ca_file=args.ca_file)
+
+            async def run() -> int:
+                async with PrometheusClient(args.prometheus, auth, timeout=args.timeout) as client:
+                    return await export(client, Path(args.out), start, end, args.match,
+                                        progress=lambda m: print(m, file=sys.stderr))
+
+            samples = asyncio.run(run())
+            print(f"wrote {samples} samples from {rfc3339(start)} to {rfc3339(end)} into {args.out}", file=sys.stderr)
+            return 0
+        trace = Path(args.trace)
+        name = trace.name.removesuffix(".gz").removesuffix(".om")
+        data = Path(args.data) if args.data else Path(f"{name}.tsdb")
+        first, last, samples = load(trace, data)
+        print(f"loaded {samples} samples ({rfc3339(first)} .. {rfc3339(last)}) into {data}", file=sys.stderr)
+        if args.serve:
+            print(f"serving on http://{args.listen}; then: diagnose --prometheus http://{args.listen} "
+                  f"--start {first:.0f} --end {last:.0f}", file=sys.stderr)
+            os.execvp("prometheus", prometheus_command(data, args.listen))
+        return 0
+    except (PromError, ValueError, RuntimeError, OSError) as e:
+        print(f"gpunet-trace: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Time windows the way users type them: --since 1h, --start/--end as RFC 3339 or Unix time."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime, timezone
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """'1h', '90m', '1h30m', '15s', '2d' -> seconds (Prometheus' duration syntax)."""
+    text = text.strip()
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT[m.group(2)]
+        pos = m.end()
+    if pos != len(text) or pos == 0:
+        raise ValueError(f"not a duration: {text!r} (examples: 30m, 1h, 1h30m, 2d)")
+    return total
+
+
+def parse_time(text: str) -> float:
+    """RFC 3339 ('2026-01-01T00:00:00Z', offsets allowed) or Unix seconds -> Unix seconds."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"not a time: {text!r} (RFC 3339 like 2026-01-01T10:00:00Z, or Unix seconds)") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def resolve(since: str | None, start: str | None, end: str | None, now: float | None = None) -> tuple[float, float]:
+    """(start, end) from --since or --start/--end; --end defaults to now."""
+    end_t = parse_time(end) if end else (time.time() if now is None else now)
+    if start:
+        start_t = parse_time(start)
+    elif since:
+        start_t = end_t - parse_duration(since)
+    else:
+        raise ValueError("give --since DURATION or --start TIME")
+    if start_t >= end_t:
+        raise ValueError("the window is empty: start is not before end")
+    return start_t, end_t
+
+
+def rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
