@@ -109,6 +109,7 @@ def load(trace: Path, data: Path) -> tuple[float, float, int]:
     promtool = shutil.which("promtool")
     if promtool is None:
         raise RuntimeError("promtool not found: install Debian's 'prometheus' package")
+    first, last, samples = trace_time_range(trace)  # also finds a malformed line, with its number
     data.mkdir(parents=True, exist_ok=True)
     plain = data / trace.name.removesuffix(".gz")
     if trace.suffix == ".gz":
@@ -117,7 +118,6 @@ def load(trace: Path, data: Path) -> tuple[float, float, int]:
     else:
         shutil.copyfile(trace, plain)
     try:
-        first, last, samples = trace_time_range(plain)
         result = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(plain), str(data)],
                                 capture_output=True, text=True)
         if result.returncode != 0:
