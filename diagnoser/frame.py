@@ -1,0 +1,210 @@
+"""The tidy frame: what every source yields and every later stage reads.
+
+Time is cut into windows of `step` seconds. For each window:
+  node  (instance, window)          sums over the node's GPUs and fabric NICs
+  nic   (instance, device, window)  per NIC port, for localising culprits
+Counters become increases within the window (resets and gaps handled), gauges become
+their mean (and the minimum, for `up`). A source that cannot give a column leaves it
+NaN, and the later stages say "unknown" rather than guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from gpunet import contract as c
+
+NODE_COLUMNS = (
+    "gpus", "busy", "idle_paused", "idle_saturated", "idle_active", "idle_quiet", "throttled", "sm_clock",
+    "tx_bytes", "rx_bytes", "capacity", "saturated", "pfc_tx", "pfc_rx", "ecn", "cnp_sent", "cnp_received",
+    "rdma_loss", "discards", "tcp_retrans", "tcp_sent", "carrier_changes", "nics_down",
+    "state_paused", "state_saturated", "state_active", "state_quiet",
+)
+NIC_COLUMNS = ("fabric", "speed", "up", "tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "ecn",
+               "cnp_sent", "cnp_received", "rdma_loss", "discards", "carrier_changes")
+
+# Which contract series feed which column, and how.
+NIC_COUNTERS = {c.NIC_TRANSMIT_BYTES.name: "tx_bytes", c.NIC_RECEIVE_BYTES.name: "rx_bytes",
+                c.NIC_ECN_MARKED.name: "ecn", c.NIC_CNP_SENT.name: "cnp_sent",
+                c.NIC_CNP_RECEIVED.name: "cnp_received", c.NIC_RDMA_LOSS_EVENTS.name: "rdma_loss",
+                c.NIC_RECEIVE_DISCARDS.name: "discards", c.NIC_CARRIER_CHANGES.name: "carrier_changes",
+                c.NIC_SATURATED_SECONDS.name: "saturated"}
+WANTED = {*NIC_COUNTERS, c.NIC_PFC_PAUSE_FRAMES.name, c.NIC_LINK_SPEED.name, c.NIC_UP.name, c.NIC_INFO.name,
+          c.GPU_BUSY_SECONDS.name, c.GPU_IDLE_SECONDS.name, c.GPU_THROTTLED_SECONDS.name, c.GPU_SM_CLOCK.name,
+          c.GPU_INFO.name, c.TCP_RETRANSMITTED.name, c.TCP_SENT.name, c.NODE_NETWORK_STATE_SECONDS.name}
+
+
+@dataclass
+class Frame:
+    source: str
+    start: float
+    end: float
+    step: float
+    windows: np.ndarray  # start time of each window
+    node: pd.DataFrame  # index (instance, window)
+    nic: pd.DataFrame  # index (instance, device, window)
+    scrape_interval: float
+    has_gpus: bool
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def instances(self) -> list[str]:
+        return sorted(self.node.index.get_level_values("instance").unique())
+
+
+def counter_increase(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Increase of a counter within each window [edges[i], edges[i+1]).
+
+    A decrease is a reset (the exporter restarted, a driver reloaded): the counter grew by
+    its new value since. Each delta lands in the window of its later sample.
+    """
+    out = np.zeros(len(edges) - 1)
+    if len(t) < 2:
+        return out
+    delta = np.diff(v)
+    reset = delta < 0
+    delta[reset] = v[1:][reset]
+    delta[~np.isfinite(delta)] = 0.0  # NaN/Inf samples carry no information
+    idx = np.searchsorted(edges, t[1:], side="right") - 1
+    ok = (idx >= 0) & (idx < len(out))
+    np.add.at(out, idx[ok], delta[ok])
+    return out
+
+
+def gauge_stats(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, min) of a gauge within each window; NaN where the window holds no sample."""
+    n = len(edges) - 1
+    idx = np.searchsorted(edges, t, side="right") - 1
+    ok = (idx >= 0) & (idx < n) & np.isfinite(v)
+    sums = np.bincount(idx[ok], weights=v[ok], minlength=n)
+    counts = np.bincount(idx[ok], minlength=n)
+    mins = np.full(n, np.inf)
+    np.minimum.at(mins, idx[ok], v[ok])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    return mean, np.where(counts > 0, mins, np.nan)
+
+
+def _sum_known(rows: np.ndarray) -> np.ndarray:
+    """Column sums over rows, NaN where no row knows the value (not 0: unknown is not none)."""
+    known = np.isfinite(rows).any(axis=0)
+    return np.where(known, np.nansum(rows, axis=0), np.nan)
+
+
+def choose_step(start: float, end: float, scrape_interval: float) -> float:
+    """Windows of at least 4 scrapes and 60 s, and at most ~240 windows in the whole range."""
+    step = max(60.0, 4 * scrape_interval, (end - start) / 240)
+    return float(np.ceil(step / 15.0) * 15.0)
+
+
+class FrameBuilder:
+    """Accumulates raw series (from a trace) into the frame, one series at a time."""
+
+    def __init__(self, source: str, start: float, end: float, step: float, scrape_interval: float):
+        self.source, self.start, self.end, self.step = source, start, end, step
+        self.scrape_interval = scrape_interval
+        self.edges = np.arange(start, end + step * 0.999, step)
+        if len(self.edges) < 2:
+            self.edges = np.array([start, end])
+        self.n = len(self.edges) - 1
+        self.node: dict[str, dict[str, np.ndarray]] = {}
+        self.nic: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+        self.nic_info: dict[tuple[str, str], dict[str, str]] = {}
+        self.gpu_seen: dict[str, set[str]] = {}
+        self.sm_clock: dict[str, list[np.ndarray]] = {}
+        self.throttled: dict[tuple[str, str], np.ndarray] = {}
+        self.warnings: list[str] = []
+
+    def _acc(self, table: dict, key, column: str, values: np.ndarray) -> None:
+        row = table.setdefault(key, {})
+        if column in row:
+            row[column] = row[column] + values
+        else:
+            row[column] = values.copy()
+
+    def add(self, name: str, labels: dict[str, str], t: np.ndarray, v: np.ndarray) -> None:
+        instance = labels.get("instance")
+        if instance is None:
+            return
+        e = self.edges
+        if name in NIC_COUNTERS:
+            self._acc(self.nic, (instance, labels.get("device", "")), NIC_COUNTERS[name], counter_increase(t, v, e))
+        elif name == c.NIC_PFC_PAUSE_FRAMES.name:
+            column = "pfc_tx" if labels.get("direction") == "transmit" else "pfc_rx"
+            self._acc(self.nic, (instance, labels.get("device", "")), column, counter_increase(t, v, e))
+        elif name == c.NIC_LINK_SPEED.name:
+            self.nic.setdefault((instance, labels.get("device", "")), {})["speed"] = gauge_stats(t, v, e)[0]
+        elif name == c.NIC_UP.name:
+            self.nic.setdefault((instance, labels.get("device", "")), {})["up"] = gauge_stats(t, v, e)[1]
+        elif name == c.NIC_INFO.name:
+            self.nic_info[(instance, labels.get("device", ""))] = labels
+        elif name == c.GPU_BUSY_SECONDS.name:
+            self._acc(self.node, instance, "busy", counter_increase(t, v, e))
+            self.gpu_seen.setdefault(instance, set()).add(labels.get("gpu", ""))
+        elif name == c.GPU_IDLE_SECONDS.name:
+            state = labels.get("network_state", "quiet")
+            if state in c.NETWORK_STATES:
+                self._acc(self.node, instance, f"idle_{state}", counter_increase(t, v, e))
+        elif name == c.GPU_THROTTLED_SECONDS.name:
+            # Reasons overlap in time: a GPU's throttled time is its busiest reason's.
+            key = (instance, labels.get("gpu", ""))
+            inc = counter_increase(t, v, e)
+            self.throttled[key] = np.maximum(self.throttled.get(key, inc), inc)
+        elif name == c.GPU_SM_CLOCK.name:
+            self.sm_clock.setdefault(instance, []).append(gauge_stats(t, v, e)[0])
+        elif name == c.TCP_RETRANSMITTED.name:
+            self._acc(self.node, instance, "tcp_retrans", counter_increase(t, v, e))
+        elif name == c.TCP_SENT.name:
+            self._acc(self.node, instance, "tcp_sent", counter_increase(t, v, e))
+        elif name == c.NODE_NETWORK_STATE_SECONDS.name:
+            state = labels.get("network_state", "quiet")
+            if state in c.NETWORK_STATES:
+                self._acc(self.node, instance, f"state_{state}", counter_increase(t, v, e))
+
+    def build(self) -> Frame:
+        nan = np.full(self.n, np.nan)
+        windows = self.edges[:-1]
+        # Fabric NICs: those with an RDMA device; on a node with none, all its NICs.
+        rdma_nodes = {inst for (inst, _), info in self.nic_info.items() if info.get("rdma_device")}
+        nic_rows = {}
+        for (instance, device), cols in self.nic.items():
+            info = self.nic_info.get((instance, device), {})
+            fabric = bool(info.get("rdma_device")) if instance in rdma_nodes else True
+            row = {"fabric": np.full(self.n, fabric)}
+            for col in NIC_COLUMNS[1:]:
+                row[col] = cols.get(col, nan)
+            nic_rows[(instance, device)] = row
+        for (instance, gpu), inc in self.throttled.items():
+            self._acc(self.node, instance, "throttled", inc)
+        for instance, clocks in self.sm_clock.items():
+            with np.errstate(all="ignore"):
+                self.node.setdefault(instance, {})["sm_clock"] = np.nanmean(np.vstack(clocks), axis=0)
+
+        instances = sorted(set(self.node) | {inst for inst, _ in nic_rows})
+        node_frames = []
+        for instance in instances:
+            cols = dict(self.node.get(instance, {}))
+            cols["gpus"] = np.full(self.n, float(len(self.gpu_seen.get(instance, ()))))
+            fabric = [r for (inst, _), r in nic_rows.items() if inst == instance and r["fabric"][0]]
+            for col in ("tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "ecn", "cnp_sent",
+                        "cnp_received", "rdma_loss", "discards", "carrier_changes"):
+                if fabric:
+                    cols[col] = _sum_known(np.vstack([r[col] for r in fabric]))
+            if fabric:
+                cols["capacity"] = _sum_known(np.vstack([r["speed"] for r in fabric])) * self.step
+                ups = np.vstack([r["up"] for r in fabric])
+                cols["nics_down"] = np.nansum(ups == 0, axis=0).astype(float)
+            node_frames.append(pd.DataFrame({col: cols.get(col, nan) for col in NODE_COLUMNS},
+                                            index=pd.MultiIndex.from_product([[instance], windows],
+                                                                             names=["instance", "window"])))
+        node = pd.concat(node_frames) if node_frames else pd.DataFrame(columns=NODE_COLUMNS)
+        nic_frames = [pd.DataFrame(row, index=pd.MultiIndex.from_product([[inst], [dev], windows],
+                                                                         names=["instance", "device", "window"]))
+                      for (inst, dev), row in sorted(nic_rows.items())]
+        nic = pd.concat(nic_frames) if nic_frames else pd.DataFrame(columns=NIC_COLUMNS)
+        has_gpus = bool(self.gpu_seen)
+        return Frame(self.source, self.start, self.end, self.step, windows, node, nic, self.scrape_interval,
+                     has_gpus, self.warnings)
