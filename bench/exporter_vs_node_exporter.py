@@ -27,6 +27,7 @@ import http.client
 import json
 import os
 import platform
+import shlex
 import shutil
 import signal
 import socket
@@ -346,7 +347,8 @@ def table(report: dict) -> str:
     mb = lambda kb: f"{kb * 1024 / 1e6:.1f}"  # noqa: E731
     rows = [
         ("", "gpunet-exporter", "node_exporter"),
-        ("what it reads", f"fixture, {report['fixture']['ports']} mlx5 RoCE ports", "live machine, default collectors"),
+        ("what it reads", f"fixture, {report['fixture']['ports']} mlx5 RoCE ports" if report["fixture"]["ports"]
+         else "fixture given with --root", "live machine, default collectors"),
         ("startup to first /metrics (s)", f"{g['startup_s']:.2f}", f"{n['startup_s']:.2f}"),
         (f"CPU idle, no scrapes (% of a core, {report['args']['seconds']:g} s)",
          f"{g['cpu_idle']['cpu_pct']:.2f}", f"{n['cpu_idle']['cpu_pct']:.2f}"),
@@ -431,6 +433,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", help="gpunet fixture root to use instead of generating one")
     p.add_argument("--ports", type=int, default=8, help="ports of the generated fixture (default 8)")
     p.add_argument("--channels", type=int, default=32, help="channels per port in its ethtool -S (default 32)")
+    p.add_argument("--no-gpus", action="store_true",
+                   help="generate the fixture without nvml.json: gpunet then runs no GPU collectors "
+                        "(by default the node has 8 GPUs, read from nvml.json)")
+    p.add_argument("--gpunet-args", default="", metavar="ARGS",
+                   help="extra arguments for gpunet-exporter, e.g. --gpunet-args='--fast-interval 0.5'")
     p.add_argument("--node-exporter", help="node_exporter binary (default /usr/bin/prometheus-node-exporter)")
     p.add_argument("--keep", action="store_true", help="keep the generated fixture and the exporters' logs")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
@@ -442,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     ne = node_exporter_binary(args.node_exporter)
     if ne is None:
         print("exporter_vs_node_exporter: prometheus-node-exporter not found (looked for "
-              f"{', '.join(NODE_EXPORTER_NAMES)}); install it: apt-get install prometheus-node-exporter",
+              f"{args.node_exporter or ', '.join(NODE_EXPORTER_NAMES)}); install it: apt-get install prometheus-node-exporter",
               file=sys.stderr)
         return 2
     try:
@@ -458,15 +465,18 @@ def main(argv: list[str] | None = None) -> int:
         else:
             root = work / "node"
             root.mkdir()
-            n_files = make_fixture.generate(root, args.ports, args.channels)
-            how, ports = f"bench/make_fixture.py, {n_files} files, {args.channels} channels per port", args.ports
+            n_files = make_fixture.generate(root, args.ports, args.channels, gpus=not args.no_gpus)
+            how = (f"bench/make_fixture.py, {n_files} files, {args.channels} channels per port, "
+                   + ("no GPUs" if args.no_gpus else f"{args.ports} GPUs in nvml.json"))
+            ports = args.ports
             log(f"fixture: {n_files} files in {root}")
 
         g_port, n_port = free_port(), free_port()
-        gpunet_argv = [sys.executable, "-m", "exporter.cli", "--root", str(root), "--listen", f"127.0.0.1:{g_port}"]
+        gpunet_argv = [sys.executable, "-m", "exporter.cli", "--root", str(root), "--listen", f"127.0.0.1:{g_port}",
+                       *shlex.split(args.gpunet_args)]
         ne_argv = [ne, f"--web.listen-address=127.0.0.1:{n_port}"]
         report = {"machine": machine(), "node_exporter_version": ne_version,
-                  "fixture": {"path": str(root), "how": how, "ports": ports or "?", "static": True},
+                  "fixture": {"path": str(root), "how": how, "ports": ports, "static": True},
                   "args": vars(args)}
         report["gpunet"] = measure("gpunet-exporter", gpunet_argv, g_port, args, work / "gpunet.log")
         report["node_exporter"] = measure("node_exporter", ne_argv, n_port, args, work / "node_exporter.log")

@@ -12,7 +12,8 @@ real folder with uevent, numa_node and the PCIe link attributes),
 ``sys/class/infiniband/mlx5_N/ports/1/`` (link_layer, rate, state, gid_attrs/ndevs/0,
 counters/, hw_counters/), ``ethtool/<dev>.txt`` in the form ``ethtool -S`` prints with
 the full mlx5 counter set (software, vport, phy, per-priority, and per-channel counters
-for --channels channels), plus ``proc/net/snmp``, ``proc/net/netstat`` and ``nvml.json``.
+for --channels channels), plus ``proc/net/snmp``, ``proc/net/netstat`` and ``nvml.json``
+(8 H100s; the exporter then runs its GPU collectors too; --no-gpus leaves it out).
 
 With --template DIR (a fixture node such as tests/fixtures/nodes/roce-mlx5) its first
 mlx5 RoCE port is replicated into --ports ports, renamed, with their own PCI addresses
@@ -392,7 +393,7 @@ def port_names(i: int) -> tuple[str, str, str, int]:
     return f"ens{i + 1}f0np0", f"mlx5_{i}", pci, 0 if i < 4 else 1
 
 
-def generate(out: Path, ports: int = 8, channels: int = 32, seed: int = 20240611) -> int:
+def generate(out: Path, ports: int = 8, channels: int = 32, seed: int = 20240611, gpus: bool = True) -> int:
     rng = random.Random(seed)
     w = Writer(out)
     for i in range(ports):
@@ -400,68 +401,88 @@ def generate(out: Path, ports: int = 8, channels: int = 32, seed: int = 20240611
         write_port(w, i, netdev, rdma, pci, numa if ports == 8 else (0 if i < ports // 2 else 1),
                    _port_values(rng, i, channels), channels)
     write_proc(w, rng)
-    write_nvml(w, ports)
+    if gpus:
+        write_nvml(w, ports)  # one GPU per NIC; the exporter reads GPUs from it under a fixture root
     return w.files
 
 
 # --- from a template node -------------------------------------------------------------------
-def _template_port(template: Path) -> tuple[str, str, str]:
-    """(netdev, rdma device, port) of the first mlx5 RoCE port of a fixture node."""
+def _template_ports(template: Path) -> list[tuple[str, str]]:
+    """(netdev, rdma device) of each RoCE port of a fixture node (gid_attrs/ndevs/0 names the
+    netdev, link_layer is Ethernet)."""
+    found = []
     ib = template / IB
     for rdma in sorted(os.listdir(ib)) if ib.is_dir() else []:
         for port in sorted(os.listdir(ib / rdma / "ports")):
             pdir = ib / rdma / "ports" / port
-            ndev = pdir / "gid_attrs" / "ndevs" / "0"
-            ll = pdir / "link_layer"
+            ndev, ll = pdir / "gid_attrs" / "ndevs" / "0", pdir / "link_layer"
             if ndev.is_file() and ll.is_file() and ll.read_text().strip() == "Ethernet":
-                return ndev.read_text().strip(), rdma, port
-    raise SystemExit(f"{template}: no RDMA port with link_layer Ethernet and gid_attrs/ndevs/0")
+                found.append((ndev.read_text().strip(), rdma))
+    if not found:
+        raise SystemExit(f"{template}: no RDMA port with link_layer Ethernet and gid_attrs/ndevs/0")
+    return found
 
 
-def from_template(template: Path, out: Path, ports: int = 8) -> int:
-    netdev0, rdma0, _ = _template_port(template)
-    pci0 = ""
-    uevent = template / NET / netdev0 / "device" / "uevent"
-    if uevent.is_file():
-        m = re.search(r"^PCI_SLOT_NAME=(\S+)", uevent.read_text(), re.M)
-        pci0 = m.group(1) if m else ""
+def _pci_of(template: Path, netdev: str) -> str:
+    uevent = template / NET / netdev / "device" / "uevent"
+    m = re.search(r"^PCI_SLOT_NAME=(\S+)", uevent.read_text(), re.M) if uevent.is_file() else None
+    return m.group(1) if m else ""
+
+
+def _copy_tree(src: Path, dst: Path, subst: dict[str, str]) -> int:
+    """Copy a folder, renaming path parts and replacing whole words in text files, in one pass
+    (so that a replacement is never replaced again)."""
+    pattern = re.compile("|".join(rf"(?<![\w.:]){re.escape(k)}(?![\w.:])" for k in subst)) if subst else None
     files = 0
-
-    def copy_tree(src: Path, dst: Path, subst: dict[str, str]) -> None:
-        nonlocal files
-        for dirpath, _dirs, names in os.walk(src, followlinks=False):
-            rel = Path(dirpath).relative_to(src)
-            for name in names:
-                s = Path(dirpath) / name
-                d = dst / Path(*(subst.get(p, p) for p in rel.parts)) / subst.get(name, name)
-                d.parent.mkdir(parents=True, exist_ok=True)
-                if s.is_symlink():
-                    d.symlink_to(os.readlink(s))
-                    files += 1
-                    continue
+    for dirpath, _dirs, names in os.walk(src, followlinks=False):
+        rel = Path(dirpath).relative_to(src)
+        for name in names:
+            s = Path(dirpath) / name
+            d = dst / Path(*(subst.get(part, part) for part in rel.parts)) / subst.get(name, name)
+            d.parent.mkdir(parents=True, exist_ok=True)
+            if s.is_symlink():
+                d.symlink_to(os.readlink(s))
+            else:
                 data = s.read_bytes()
                 try:
                     text = data.decode()
-                    for a, b in subst.items():
-                        text = re.sub(rf"\b{re.escape(a)}\b", b, text)
-                    d.write_text(text)
                 except UnicodeDecodeError:
                     d.write_bytes(data)
-                files += 1
+                else:
+                    d.write_text(pattern.sub(lambda m: subst[m.group(0)], text) if pattern else text)
+            files += 1
+    return files
 
+
+def from_template(template: Path, out: Path, ports: int = 8) -> int:
+    """Port i of the new node is a copy of the template's RoCE port i mod (their number),
+    renamed ens<i+1>f0np0 / mlx5_<i>, with its own PCI address and NUMA node. The
+    template's other netdevs (management NIC, lo) and proc/ are copied as they are."""
+    tports = _template_ports(template)
+    files = 0
     for i in range(ports):
+        netdev0, rdma0 = tports[i % len(tports)]
         netdev, rdma, pci, numa = port_names(i)
+        pci0 = _pci_of(template, netdev0)
         subst = {netdev0: netdev, rdma0: rdma, **({pci0: pci} if pci0 else {})}
-        copy_tree(template / NET / netdev0, out / NET / netdev, subst)
-        copy_tree(template / IB / rdma0, out / IB / rdma, subst)
+        files += _copy_tree(template / NET / netdev0, out / NET / netdev, subst)
+        files += _copy_tree(template / IB / rdma0, out / IB / rdma, subst)
         for numa_file in (out / NET / netdev / "device" / "numa_node", out / IB / rdma / "device" / "numa_node"):
-            if numa_file.exists() and not numa_file.is_symlink():
+            if numa_file.is_file() and not numa_file.is_symlink():
                 numa_file.write_text(f"{numa}\n")
         src_eth = template / "ethtool" / f"{netdev0}.txt"
         if src_eth.is_file():
             (out / "ethtool").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src_eth, out / "ethtool" / f"{netdev}.txt")
             files += 1
+    roce = {n for n, _ in tports}
+    for name in sorted(os.listdir(template / NET)) if (template / NET).is_dir() else []:
+        if name not in roce:
+            files += _copy_tree(template / NET / name, out / NET / name, {})
+            if (template / "ethtool" / f"{name}.txt").is_file():
+                (out / "ethtool").mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(template / "ethtool" / f"{name}.txt", out / "ethtool" / f"{name}.txt")
+                files += 1
     for rel in ("proc/net/snmp", "proc/net/netstat"):
         if (template / rel).is_file():
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -477,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--channels", type=int, default=32, help="channels per port in ethtool -S (default 32)")
     p.add_argument("--template", metavar="DIR", help="replicate the first mlx5 RoCE port of this fixture node "
                    "instead of generating from scratch (e.g. tests/fixtures/nodes/roce-mlx5)")
+    p.add_argument("--no-gpus", action="store_true", help="write no nvml.json (a node without GPUs)")
     p.add_argument("--seed", type=int, default=20240611)
     args = p.parse_args(argv)
     out = Path(args.out_dir)
@@ -488,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         n = from_template(Path(args.template), out, args.ports)
         how = f"replicated from {args.template}"
     else:
-        n = generate(out, args.ports, args.channels, args.seed)
+        n = generate(out, args.ports, args.channels, args.seed, gpus=not args.no_gpus)
         how = f"generated, {args.channels} channels per port"
     print(f"wrote {n} files to {out}: {args.ports} mlx5 RoCE ports, {how}; a static snapshot "
           "(counters do not advance)", file=sys.stderr)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where gpunet-exporter's sampling time goes: cProfile over the sampler's ticks.
 
-    python bench/profile_sampler.py [--root DIR] [--seconds 60] [--top 25] [--render]
+    python bench/profile_sampler.py [--root DIR] [--no-gpus] [--seconds 60] [--top 25] [--render]
 
 Builds the Sampler exactly as `gpunet-exporter` does (exporter.cli.make_sampler) over a
 fixture (by default a fresh bench/make_fixture.py node), then runs the ticks of
@@ -11,8 +11,11 @@ functions that take it. With --render it also profiles rendering the scrape body
 (OpenMetrics, gzip) once per fast tick, which is what each scrape costs when scrapes are
 further apart than the fast tick.
 
-This measures the tick work only: the event loop and thread hand-offs around it are not
-in it (py-spy on the running exporter shows those).
+This measures the tick work only: the event loop and the hand-offs to the tick threads
+are not in it, and cProfile sees the calling thread only, so the per-GPU NVML worker
+threads' own work is missing (time waiting for them shows up as lock 'acquire'). Per-thread
+CPU of the running exporter is in /proc/PID/task/TID/schedstat; `py-spy dump --pid PID`
+names the threads (bench/README.md).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slow-interval", type=float, default=1.0)
     p.add_argument("--top", type=int, default=25, help="functions to list (default 25)")
     p.add_argument("--sort", default="tottime", choices=("tottime", "cumulative"))
+    p.add_argument("--no-gpus", action="store_true", help="generate the fixture without nvml.json")
     p.add_argument("--render", action="store_true", help="also render the scrape body after every fast tick")
     args = p.parse_args(argv)
 
@@ -51,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if root is None:
         tmp = tempfile.TemporaryDirectory(prefix="gpunet-profile-")
         root = tmp.name
-        make_fixture.generate(Path(root))
+        make_fixture.generate(Path(root), gpus=not args.no_gpus)
 
     cli_args = build_parser().parse_args(["--root", root, "--fast-interval", str(args.fast_interval),
                                           "--slow-interval", str(args.slow_interval)])
