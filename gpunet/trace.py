@@ -8,15 +8,21 @@
 
 Each family is written once, its series one after the other, each series' samples in
 increasing time: the form `promtool tsdb create-blocks-from openmetrics` loads. A path
-ending in .gz is gzip-compressed. The simulator and `gpunet-trace export` write through
-this module; the diagnoser has its own fast reader.
+ending in .gz is gzip-compressed (in a background thread, so that compressing overlaps
+formatting). The simulator and `gpunet-trace export` write through this module; the
+diagnoser has its own fast reader.
+
+Fast path for writers with many samples per scrape: format each scrape's timestamp once
+(`timestamp_suffixes`) and the values once (`format_ints`, `format_fixed`), then hand the
+strings to `TraceWriter.series_formatted`.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
 import math
+import queue
+import threading
+import zlib
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -47,6 +53,57 @@ def family_of(sample_name: str, type_: str) -> str:
     return sample_name.removesuffix("_total") if type_ == "counter" else sample_name
 
 
+def timestamp_suffixes(timestamps: Sequence[float]) -> list[str]:
+    """' <timestamp>\\n' for each timestamp: the tail of every sample line of one scrape."""
+    return [f" {t:.3f}\n" for t in timestamps]
+
+
+def format_ints(values: Sequence[float]) -> list[str]:
+    """Integer-valued samples (counters of bytes, packets, events; integral gauges)."""
+    return list(map(str, (int(round(v)) for v in values)))
+
+
+def format_fixed(values: Sequence[float], decimals: int) -> list[str]:
+    """Samples with a fixed number of decimals (seconds to the millisecond, ratios)."""
+    return list(map(f"%.{decimals}f".__mod__, values))
+
+
+class _GzipSink:
+    """Compresses in a worker thread (zlib releases the GIL), writing a gzip stream with no
+    file name and mtime 0, so the same trace always makes the same bytes."""
+
+    def __init__(self, raw, level: int):
+        self._raw = raw
+        self._z = zlib.compressobj(level, zlib.DEFLATED, 31)
+        self._q: queue.Queue = queue.Queue(maxsize=8)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="trace-gzip", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            data = self._q.get()
+            if data is None:
+                break
+            if self._error is None:
+                try:
+                    self._raw.write(self._z.compress(data))
+                except BaseException as e:  # noqa: BLE001 - re-raised in the writer's thread
+                    self._error = e
+
+    def write(self, data: bytes) -> None:
+        if self._error is not None:
+            raise self._error
+        self._q.put(data)
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        self._raw.write(self._z.flush())
+
+
 class TraceWriter:
     """Writes a trace family by family. Usage:
 
@@ -55,13 +112,15 @@ class TraceWriter:
             w.series("gpunet_nic_up", {"instance": "n1:9845", "job": "gpunet", "device": "ib0"}, ts, values)
     """
 
+    BUFFER = 1 << 20  # characters gathered before encoding and handing to the sink
+
     def __init__(self, path: str | Path, compresslevel: int = 6):
         self.path = Path(path)
-        raw = open(self.path, "wb")
-        self._raw = raw
-        self._gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=compresslevel) if self.path.suffix == ".gz" \
-            else None
-        self._out = io.TextIOWrapper(self._gz or raw, encoding="utf-8", newline="\n", write_through=False)
+        self._raw = open(self.path, "wb")
+        self._sink = _GzipSink(self._raw, compresslevel) if self.path.suffix == ".gz" else self._raw
+        self._buf: list[str] = []
+        self._buffered = 0
+        self._closed = False
         self._families: set[str] = set()
         self._current: tuple[str, str] | None = None  # (family, type)
         self.samples = 0
@@ -71,6 +130,18 @@ class TraceWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _write(self, text: str) -> None:
+        self._buf.append(text)
+        self._buffered += len(text)
+        if self._buffered >= self.BUFFER:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._buf:
+            self._sink.write("".join(self._buf).encode("utf-8"))
+            self._buf.clear()
+            self._buffered = 0
 
     def family(self, sample_name: str, type_: str | None = None, help_: str | None = None) -> None:
         """Start the family that `sample_name` belongs to; type and help default to the contract's."""
@@ -82,27 +153,40 @@ class TraceWriter:
             raise ValueError(f"family {family} written twice: a trace keeps each family contiguous")
         self._families.add(family)
         self._current = (family, type_)
-        self._out.write(f"# TYPE {family} {type_}\n")
+        self._write(f"# TYPE {family} {type_}\n")
         if help_:
-            self._out.write(f"# HELP {family} {help_}\n")
+            self._write(f"# HELP {family} {help_}\n")
+
+    def _check(self, sample_name: str) -> None:
+        if self._current is None or family_of(sample_name, self._current[1]) != self._current[0]:
+            raise ValueError(f"{sample_name}: call family() first")
 
     def series(self, sample_name: str, labels: dict[str, str], timestamps: Sequence[float],
                values: Sequence[float]) -> None:
-        if self._current is None or family_of(sample_name, self._current[1]) != self._current[0]:
-            raise ValueError(f"{sample_name}: call family() first")
+        """One series' samples; None (or NaN) values are absent samples and are skipped."""
+        self._check(sample_name)
         prefix = sample_name + format_labels(labels) + " "
-        self._out.write("".join(f"{prefix}{format_value(v)} {t:.3f}\n" for t, v in zip(timestamps, values)
-                                if v is not None))
-        self.samples += len(timestamps)
+        lines = [f"{prefix}{format_value(v)} {t:.3f}\n" for t, v in zip(timestamps, values)
+                 if v is not None and v == v]
+        self._write("".join(lines))
+        self.samples += len(lines)
+
+    def series_formatted(self, sample_name: str, labels: dict[str, str], values: Sequence[str],
+                         suffixes: Sequence[str]) -> None:
+        """Fast path: values already formatted, `suffixes` from timestamp_suffixes()."""
+        self._check(sample_name)
+        prefix = sample_name + format_labels(labels) + " "
+        self._write("".join([prefix + v + s for v, s in zip(values, suffixes)]))
+        self.samples += len(values)
 
     def close(self) -> None:
-        if self._out.closed:
+        if self._closed:
             return
-        self._out.write("# EOF\n")
-        self._out.flush()
-        self._out.detach()
-        if self._gz is not None:
-            self._gz.close()
+        self._closed = True
+        self._write("# EOF\n")
+        self._flush()
+        if self._sink is not self._raw:
+            self._sink.close()
         self._raw.close()
 
 

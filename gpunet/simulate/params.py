@@ -1,0 +1,256 @@
+"""What a simulated trace is made of: the cluster, the training job, the fabric, the scrape,
+and the faults and confounders injected into it.
+
+Everything is a plain dataclass so that a spec can be printed, compared and rebuilt; the
+command-line syntax of faults (``pfc_storm:start=20m,dur=10m,nodes=1``) is parsed here too,
+so that the CLI and the committed suite (suite.py) read specs the same way.
+
+Units inside the simulator are SI: seconds, bytes, bytes per second. Only the parsers accept
+the human forms (``20m``, ``200G``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+
+from gpunet.contract import BOTTLENECK_CLASSES, DEFAULT_PORT
+
+HOSTNAME_STYLES = ("node", "rack", "dgx", "ip")
+CONFOUNDERS = ("checkpoint", "dcqcn_background", "spare_port", "unused_gpus", "missing_gpu_series",
+               "exporter_restart", "node_join", "node_leave", "backup")
+TRANSPORTS = ("rdma", "tcp")
+WAIT_TRAFFIC = ("quiet", "trickle")
+
+
+@dataclass
+class ClusterParams:
+    nodes: int = 16
+    gpus: int = 8  # per node
+    nics: int = 4  # RDMA NICs per node (the training fabric, one rail each)
+    nic_speed: float = 200e9 / 8  # bytes/s of each RDMA NIC
+    mgmt_speed: float = 25e9 / 8  # the management NIC (no RDMA): storage, backups, ssh
+    hostname_style: str = "node"
+    port: int = DEFAULT_PORT
+    job: str = "gpunet"  # the `job` label value
+    gpu_model: str = "NVIDIA H100 80GB HBM3"
+    gpu_clock_hz: float = 1.98e9  # SM clock of an unthrottled GPU under load
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.nodes <= 4096:
+            raise ValueError("nodes must be 1..4096")
+        if not 1 <= self.nics <= 8:
+            raise ValueError("nics must be 1..8 (RDMA NICs per node)")
+        if not 0 <= self.gpus <= 16:
+            raise ValueError("gpus must be 0..16")
+        if self.hostname_style not in HOSTNAME_STYLES:
+            raise ValueError(f"hostname style must be one of {HOSTNAME_STYLES}")
+
+
+@dataclass
+class JobParams:
+    """A synchronous data-parallel training step: input gap, forward+backward, ring all-reduce
+    (partly overlapped with the backward pass), optimizer step."""
+    step_compute: float = 0.9  # s of forward+backward on a healthy GPU
+    compute_jitter: float = 0.015  # lognormal sigma of a node's compute time, per step
+    input_gap: float = 0.02  # s the input pipeline makes the GPU wait at each step start
+    gap_jitter: float = 0.25  # lognormal sigma of the gap
+    optimizer: float = 0.03  # s of optimizer step after the all-reduce
+    overlap: float = 0.7  # share of the all-reduce (and of the backward pass) that can overlap
+    comm_ratio: float = 0.4  # healthy all-reduce time / compute time; sets the gradient size
+    gradient_bytes: float | None = None  # explicit gradient size (overrides comm_ratio)
+    transport: str = "rdma"  # "tcp": NCCL socket / gloo over the same NICs, no RoCE
+    wait_traffic: str = "quiet"  # what ranks waiting for a straggler send: nothing, or a trickle
+    trickle_ratio: float = 0.12  # fraction of line rate of that trickle
+    data_read_rate: float = 40e6  # bytes/s each node reads from storage over the management NIC
+
+    def __post_init__(self) -> None:
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}")
+        if self.wait_traffic not in WAIT_TRAFFIC:
+            raise ValueError(f"wait traffic must be one of {WAIT_TRAFFIC}")
+
+
+@dataclass
+class FabricParams:
+    """RoCE fabric with PFC on priority 3 and DCQCN. The healthy background: a steady trickle
+    of ECN marks and CNPs during all-reduce bursts, and a rare received pause (micro-bursts)."""
+    ecn: bool = True  # switches ECN-mark and NICs run DCQCN; False: PFC alone reacts to congestion
+    packet_bytes: int = 4096 + 58  # RoCE payload MTU + headers on the wire
+    header_overhead: float = 58 / 4096  # wire bytes per payload byte, beyond the payload
+    efficiency: float = 0.96  # fraction of line rate a healthy RDMA ring reaches
+    tcp_efficiency: float = 0.8  # ... and a TCP (socket transport) ring
+    tcp_mss: int = 8948  # MTU 9000 on the fabric
+    mgmt_mss: int = 1448  # MTU 1500 on the management NIC
+    ecn_background: float = 3e-5  # fraction of received packets CE-marked when healthy
+    cnp_per_mark: float = 0.5  # CNPs the notification point sends per marked packet (coalescing)
+    pause_rx_background: float = 0.02  # pause frames received per second of link activity, per NIC
+    pause_tx_background: float = 0.002  # pause frames a healthy host sends, per second of activity
+    retrans_background: float = 3e-5  # TCP RetransSegs / OutSegs of a healthy node
+    pfc_priority: str = "3"
+
+
+@dataclass
+class ScrapeParams:
+    interval: float = 15.0
+    jitter: float = 0.01  # s, stdev of a scrape's start around its slot
+    missing: float = 0.002  # probability that one scrape of one target fails
+    tick: float = 0.2  # the exporter's fast tick
+
+
+@dataclass
+class FaultSpec:
+    """One incident: a bottleneck class of contract section 4 during [start, start+duration).
+
+    nodes: how many culprits (localised classes); culprits: explicit node indices (0-based)
+    instead; variant: class-specific flavour; strength: class-specific magnitude (None: the
+    class default; see faults.py); subtle: choose the strength so that the fault adds only
+    5-8 points of GPU idle."""
+    cls: str
+    start: float
+    duration: float
+    nodes: int = 1
+    culprits: tuple[int, ...] | None = None
+    variant: str | None = None
+    strength: float | None = None
+    subtle: bool = False
+    nics: int | None = None  # NICs of a culprit affected (None: class default)
+    gpus: int | None = None  # GPUs of a culprit affected (gpu_throttle)
+    speed: float | None = None  # link_degraded downshift: the new speed, bytes/s
+
+    def __post_init__(self) -> None:
+        if self.cls not in BOTTLENECK_CLASSES:
+            raise ValueError(f"unknown fault class {self.cls!r}; one of {BOTTLENECK_CLASSES}")
+        if self.duration <= 0:
+            raise ValueError("fault duration must be > 0")
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+@dataclass
+class ConfounderSpec:
+    """Something that looks odd but is not an incident (never in labels.json)."""
+    kind: str
+    params: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in CONFOUNDERS:
+            raise ValueError(f"unknown confounder {self.kind!r}; one of {CONFOUNDERS}")
+
+
+@dataclass
+class SimSpec:
+    cluster: ClusterParams = field(default_factory=ClusterParams)
+    job: JobParams = field(default_factory=JobParams)
+    fabric: FabricParams = field(default_factory=FabricParams)
+    scrape: ScrapeParams = field(default_factory=ScrapeParams)
+    faults: list[FaultSpec] = field(default_factory=list)
+    confounders: list[ConfounderSpec] = field(default_factory=list)
+    duration: float = 3600.0
+    start_time: float = 1767225600.0  # 2026-01-01T00:00:00Z
+    seed: int = 1
+    command: str = ""  # the command line that made it, for labels.json notes
+
+    def __post_init__(self) -> None:
+        for f in self.faults:
+            if f.start < 0 or f.start >= self.duration:
+                raise ValueError(f"fault {f.cls} starts outside the trace")
+
+
+# --- parsing the human forms --------------------------------------------------------------------
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+def parse_duration(text: str | float) -> float:
+    """'90s', '20m', '1h30m', '0.5h', '250ms', or a plain number of seconds."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"bad duration {text!r} (e.g. 90s, 20m, 1h30m)")
+    scale = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+def parse_speed(text: str | float) -> float:
+    """A link speed in bytes/s from '200G', '25Gb/s', '100Gbit', '400g', '10G', '1000M'."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([GgMmTt])(?:b|bit|bps|b/s|bit/s)?", text.strip())
+    if not m:
+        raise ValueError(f"bad link speed {text!r} (e.g. 200G)")
+    bits = float(m.group(1)) * {"m": 1e6, "g": 1e9, "t": 1e12}[m.group(2).lower()]
+    return bits / 8
+
+
+def format_speed(bytes_per_second: float) -> str:
+    gbit = bytes_per_second * 8 / 1e9
+    return f"{gbit:g}G"
+
+
+def _kv(text: str) -> tuple[str, dict[str, str]]:
+    kind, _, rest = text.partition(":")
+    out: dict[str, str] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ValueError(f"{text!r}: expected key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return kind.strip(), out
+
+
+def _bool(v: str) -> bool:
+    return v.lower() in ("1", "true", "yes", "on")
+
+
+def parse_fault(text: str, duration: float | None = None) -> FaultSpec:
+    """``CLASS:start=20m,dur=10m,nodes=1[,culprits=3+17][,variant=V][,strength=X][,subtle=1]
+    [,nics=N][,gpus=N][,speed=100G]``; dur=all (or omitted start/dur) covers the whole trace."""
+    cls, kv = _kv(text)
+    known = {"start", "dur", "end", "nodes", "culprits", "variant", "strength", "subtle", "nics", "gpus", "speed"}
+    unknown = set(kv) - known
+    if unknown:
+        raise ValueError(f"{text!r}: unknown fault option(s) {sorted(unknown)}; known: {sorted(known)}")
+    start = parse_duration(kv.get("start", "0"))
+    if kv.get("dur", "") == "all" or ("dur" not in kv and "end" not in kv):
+        if duration is None:
+            raise ValueError(f"{text!r}: dur=all needs the trace duration")
+        dur = duration - start
+    elif "end" in kv:
+        dur = parse_duration(kv["end"]) - start
+    else:
+        dur = parse_duration(kv["dur"])
+    if duration is not None:
+        dur = min(dur, duration - start)
+    return FaultSpec(
+        cls=cls, start=start, duration=dur,
+        nodes=int(kv["nodes"]) if kv.get("nodes", "").isdigit() else 1,
+        culprits=tuple(int(x) for x in kv["culprits"].split("+")) if "culprits" in kv else None,
+        variant=kv.get("variant"),
+        strength=float(kv["strength"]) if "strength" in kv else None,
+        subtle=_bool(kv.get("subtle", "0")),
+        nics=int(kv["nics"]) if "nics" in kv else None,
+        gpus=int(kv["gpus"]) if "gpus" in kv else None,
+        speed=parse_speed(kv["speed"]) if "speed" in kv else None)
+
+
+def parse_confounder(text: str) -> ConfounderSpec:
+    """``KIND:key=value,...``, e.g. ``checkpoint:every=20m,dur=2m``, ``spare_port:nodes=all``,
+    ``unused_gpus:nodes=2,gpus=2``, ``missing_gpu_series:nodes=1``,
+    ``exporter_restart:nodes=1,at=30m``, ``node_join:nodes=1,at=10m``,
+    ``dcqcn_background:level=8``, ``backup:nodes=4``."""
+    kind, kv = _kv(text)
+    return ConfounderSpec(kind, kv)
+
+
+def dataclass_diff(obj, default) -> dict:
+    """The fields of `obj` that differ from `default` (for notes and the README)."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj) if getattr(obj, f.name) != getattr(default, f.name)}
