@@ -47,7 +47,8 @@ class MonotonicCounters:
             else:
                 exported += raw  # reset: the source restarted from zero
             entry[0], entry[1], entry[2] = raw, exported, tick
-            out.append(s._replace(value=exported))
+            # Most counters never wrapped nor reset: their sample goes out as it came.
+            out.append(s if exported == raw else s._replace(value=exported))
         if tick % 100 == 0:
             for key in [k for k, e in state.items() if tick - e[2] > FORGET_AFTER_TICKS]:
                 del state[key]

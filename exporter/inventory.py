@@ -40,7 +40,12 @@ class InventoryOptions:
     fabric: list[str] | None = None  # devices of the training fabric; default: those with RDMA
 
 
-def discover(root: Root, opts: InventoryOptions, errors: list[SourceError]) -> dict[str, Nic]:
+def discover(root: Root, opts: InventoryOptions, errors: list[SourceError],
+             static: dict | None = None) -> dict[str, Nic]:
+    """The NICs now. `static` (kept by the caller between calls) memoises what does not
+    change while a device exists: driver, PCI address, NUMA node, RDMA mapping. Speeds,
+    states and the device listing itself are read every time."""
+    static = {} if static is None else static
     include = re.compile(opts.include) if opts.include else None
     exclude = re.compile(opts.exclude) if opts.exclude else None
 
@@ -49,19 +54,27 @@ def discover(root: Root, opts: InventoryOptions, errors: list[SourceError]) -> d
             return bool(include.search(device))
         return not (exclude and exclude.search(device))
 
-    ports = rdma_reader.list_ports(root, errors)
+    ports = rdma_reader.list_ports(root, errors, static)
     port_of_netdev = {p.netdev: p for p in ports if p.netdev}
     found: list[tuple[str, str, RdmaPort | None, str, str, str, str, float | None]] = []
 
-    for name in netdev_reader.list_netdevs(root):
+    netdevs = netdev_reader.list_netdevs(root)
+    present = {f"net/{n}" for n in netdevs} | {f"{rdma_reader.IB}/{p.device}/ports/{p.port}" for p in ports}
+    for gone in [k for k in static if k not in present]:
+        del static[gone]  # a device that left: forget it, it may come back as another
+    for name in netdevs:
         if not wanted(name):
             continue
         port = port_of_netdev.get(name)
-        driver, pci, numa = netdev_reader.pci_device(root, name)
+        known = static.get(f"net/{name}")
+        if known is None:
+            known = static[f"net/{name}"] = (*netdev_reader.pci_device(root, name),
+                                              netdev_reader.netdev_type(root, name))
+        driver, pci, numa, arp_type = known
         if port is not None:
             link_layer = port.link_layer
         else:
-            link_layer = "InfiniBand" if netdev_reader.netdev_type(root, name) == 32 else "Ethernet"
+            link_layer = "InfiniBand" if arp_type == netdev_reader.ARPHRD_INFINIBAND else "Ethernet"
         try:
             mbps = netdev_reader.netdev_speed_mbps(root, name)
         except SourceError as e:

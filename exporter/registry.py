@@ -12,11 +12,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.core import Metric
-from prometheus_client.exposition import generate_latest as generate_text
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client import ProcessCollector
 
+from exporter.exposition import Family, Renderer
 from exporter.samples import Sample
 from gpunet import __version__
 from gpunet.contract import (COLLECTOR_DURATION, COLLECTOR_ERRORS, COLLECTOR_LAST_SUCCESS, COLLECTOR_UP,
@@ -44,9 +42,8 @@ class Registry:
         self._cache: dict[tuple[str, bool], tuple[int, bytes]] = {}
         self._render_lock = threading.Lock()
         self._root_label = root_label
-        self._prom = CollectorRegistry(auto_describe=False)
-        self._prom.register(_Bridge(self))
-        self._prom.register(ProcessCollector(registry=None))
+        self._renderer = Renderer()
+        self._process = ProcessCollector(registry=None)  # process_cpu_seconds_total, RSS, fds
 
     # --- written by the sampler ---------------------------------------------------------
     def publish(self, collector: str, samples: list[Sample], duration: float, errors: int) -> None:
@@ -79,13 +76,13 @@ class Registry:
             cached = self._cache.get(key)
             if cached is not None and cached[0] == generation:
                 return cached[1]
-            body = (generate_openmetrics if openmetrics else generate_text)(self._prom)
+            body = self._renderer.render(self.families(), openmetrics)
             if gzipped:
                 body = gzip.compress(body, compresslevel=1)
             self._cache[key] = (generation, body)
             return body
 
-    def families(self) -> list[Metric]:
+    def families(self) -> list[Family]:
         with self._lock:
             published = [s for samples in self._samples.values() for s in samples]
             status = {k: CollectorStatus(**vars(v)) for k, v in self._status.items()}
@@ -94,36 +91,26 @@ class Registry:
         for s in published:
             by_metric.setdefault(s.metric.name, (s.metric, []))[1].append(s)
 
-        def sample(metric: MetricSpec, labels: tuple[str, ...], value: float) -> Sample:
-            return Sample(metric, labels, value)
-
-        self_samples = [sample(EXPORTER_BUILD_INFO, (__version__, self._root_label), 1.0)]
+        self_samples = [Sample(EXPORTER_BUILD_INFO, (__version__, self._root_label), 1.0)]
         for name, st in sorted(status.items()):
-            self_samples += [sample(COLLECTOR_UP, (name,), 1.0 if st.up else 0.0),
-                             sample(COLLECTOR_DURATION, (name,), st.duration),
-                             sample(COLLECTOR_ERRORS, (name,), st.errors_total),
-                             sample(COLLECTOR_LAST_SUCCESS, (name,), st.last_run)]
+            self_samples += [Sample(COLLECTOR_UP, (name,), 1.0 if st.up else 0.0),
+                             Sample(COLLECTOR_DURATION, (name,), st.duration),
+                             Sample(COLLECTOR_ERRORS, (name,), st.errors_total),
+                             Sample(COLLECTOR_LAST_SUCCESS, (name,), st.last_run)]
         for tick, (interval, count, late) in sorted(ticks.items()):
-            self_samples += [sample(TICK_INTERVAL, (tick,), interval), sample(TICKS, (tick,), count),
-                             sample(TICKS_LATE, (tick,), late)]
+            self_samples += [Sample(TICK_INTERVAL, (tick,), interval), Sample(TICKS, (tick,), count),
+                             Sample(TICKS_LATE, (tick,), late)]
         for s in self_samples:
             by_metric.setdefault(s.metric.name, (s.metric, []))[1].append(s)
 
         out = []
         for metric, samples in sorted(by_metric.values(), key=lambda item: item[0].name):
-            family_name = metric.name.removesuffix("_total") if metric.type == "counter" else metric.name
-            family = Metric(family_name, metric.help, metric.type)
-            for s in sorted(samples, key=lambda s: s.labels):
-                family.add_sample(metric.name, dict(zip(metric.labels, s.labels)), float(s.value))
-            out.append(family)
+            samples.sort(key=lambda s: s.labels)
+            out.append(Family(metric.name, metric.type, metric.help,
+                              [(metric.name, metric.labels, s.labels, float(s.value)) for s in samples]))
+        for metric in self._process.collect():
+            name = metric.name + "_total" if metric.type == "counter" else metric.name
+            out.append(Family(name, metric.type, metric.documentation,
+                              [(s.name, tuple(s.labels), tuple(s.labels.values()), float(s.value))
+                               for s in metric.samples]))
         return out
-
-
-class _Bridge:
-    """Hands the registry's families to prometheus_client's exposition code."""
-
-    def __init__(self, registry: Registry):
-        self._registry = registry
-
-    def collect(self):
-        return self._registry.families()

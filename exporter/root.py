@@ -29,9 +29,12 @@ IGNORED_NAMES = frozenset({".keep"})
 
 
 class Root:
+    # Paths are plain strings: the sampler reads hundreds of files a second, and pathlib
+    # objects cost more than the reads themselves.
     def __init__(self, path: str | os.PathLike = "/"):
         self.base = Path(path)
         self.is_live = self.base.resolve() == Path("/")
+        self._prefix = os.path.join(str(self.base), "")
 
     def __repr__(self) -> str:
         return f"Root({str(self.base)!r})"
@@ -39,27 +42,45 @@ class Root:
     def path(self, rel: str) -> Path:
         return self.base / rel
 
+    def _abs(self, rel: str) -> str:
+        return self._prefix + rel
+
     def exists(self, rel: str) -> bool:
-        return (self.base / rel).exists()
+        return os.path.exists(self._prefix + rel)
 
     def listdir(self, rel: str) -> list[str]:
         """Names in a folder, sorted; an absent folder is empty."""
         try:
-            return sorted(n for n in os.listdir(self.base / rel) if n not in IGNORED_NAMES)
+            return sorted(n for n in os.listdir(self._prefix + rel) if n not in IGNORED_NAMES)
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as e:
-            raise SourceError(str(self.base / rel), e.strerror or str(e)) from e
+            raise SourceError(self._prefix + rel, e.strerror or str(e)) from e
 
     def read_text(self, rel: str) -> str:
-        p = self.base / rel
+        p = self._prefix + rel
         try:
             with open(p, "rb") as f:
                 return f.read().decode("utf-8", "replace")
         except OSError as e:
             # sysfs answers EINVAL for attributes that have no value right now (the speed
             # of a link that is down); that is "unknown", still reported with its path.
-            raise SourceError(str(p), e.strerror or str(e)) from e
+            raise SourceError(p, e.strerror or str(e)) from e
+
+    def read_int_if_present(self, rel: str) -> int | None:
+        """The integer in a file, None when the file does not exist; SourceError when it
+        exists but cannot be read or holds no integer."""
+        try:
+            with open(self._prefix + rel, "rb") as f:
+                text = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise SourceError(self._prefix + rel, e.strerror or str(e)) from e
+        try:
+            return int(text)
+        except ValueError:
+            raise SourceError(self._prefix + rel, f"not an integer: {text.strip()[:40]!r}") from None
 
     def read_str(self, rel: str) -> str:
         return self.read_text(rel).strip()
@@ -69,7 +90,7 @@ class Root:
         try:
             return int(text, 0) if text.startswith("0x") else int(text)
         except ValueError:
-            raise SourceError(str(self.base / rel), f"not an integer: {text[:40]!r}") from None
+            raise SourceError(self._prefix + rel, f"not an integer: {text[:40]!r}") from None
 
     def read_optional_str(self, rel: str) -> str | None:
         """The stripped content, or None when the file is absent or unreadable."""
@@ -81,7 +102,7 @@ class Root:
     def stat_key(self, rel: str) -> tuple[int, int] | None:
         """(mtime_ns, size) of a file, to reuse a parse while it is unchanged."""
         try:
-            st = os.stat(self.base / rel)
+            st = os.stat(self._prefix + rel)
         except OSError:
             return None
         return (st.st_mtime_ns, st.st_size)

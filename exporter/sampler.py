@@ -56,6 +56,7 @@ class Sampler:
             self.slow.append(GpuDetailsCollector(gpus))
         self.link_load = LinkLoad()
         self.nics: dict[str, Nic] = {}
+        self._static: dict = {}  # what discovery need not read again
         self._counters: dict[str, MonotonicCounters] = {}
         self._logged: dict[str, str] = {}  # problem -> collector that first met it
         self._failing: set[str] = set()
@@ -69,7 +70,7 @@ class Sampler:
         started = time.perf_counter()
         errors: list[SourceError] = []
         try:
-            self.nics = discover(self.root, self.inventory_options, errors)
+            self.nics = discover(self.root, self.inventory_options, errors, self._static)
         except Exception as e:  # noqa: BLE001 - keep the last inventory, say why
             errors.append(e if isinstance(e, SourceError) else SourceError("inventory", repr(e)))
         self._report("inventory", [], time.perf_counter() - started, errors)

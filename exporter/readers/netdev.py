@@ -71,17 +71,16 @@ class NetdevReader:
         # carrier reads EINVAL while the interface is administratively down: no carrier.
         carrier = self.root.read_optional_str(f"{base}/carrier")
         st.carrier = int(carrier) if carrier in ("0", "1") else 0
-        if self.root.exists(f"{base}/carrier_changes"):
-            st.carrier_changes = self.root.read_int(f"{base}/carrier_changes")
-        if self.root.exists(f"{base}/mtu"):
-            st.mtu = self.root.read_int(f"{base}/mtu")
+        st.carrier_changes = self.root.read_int_if_present(f"{base}/carrier_changes")
+        st.mtu = self.root.read_int_if_present(f"{base}/mtu")
         for stat in STAT_NAMES:
-            rel = f"{base}/statistics/{stat}"
-            if self.root.exists(rel):
-                try:
-                    st.stats[stat] = self.root.read_int(rel)
-                except SourceError as e:  # costs this statistic only
-                    errors.append(e)
+            try:
+                value = self.root.read_int_if_present(f"{base}/statistics/{stat}")
+            except SourceError as e:  # costs this statistic only
+                errors.append(e)
+                continue
+            if value is not None:
+                st.stats[stat] = value
         return st
 
     def _links_netlink(self, names: list[str], errors: list[SourceError]) -> dict[str, LinkState]:

@@ -55,7 +55,10 @@ def _port_netdev(root: Root, dev: str, port: str) -> str:
     return ""
 
 
-def list_ports(root: Root, errors: list[SourceError]) -> list[RdmaPort]:
+def list_ports(root: Root, errors: list[SourceError], static: dict | None = None) -> list[RdmaPort]:
+    """Every RDMA port. `static` memoises what does not change while a device exists (link
+    layer, netdev); rate and state are read every time."""
+    static = {} if static is None else static
     ports = []
     for dev in root.listdir(IB):
         for port in root.listdir(f"{IB}/{dev}/ports"):
@@ -63,11 +66,14 @@ def list_ports(root: Root, errors: list[SourceError]) -> list[RdmaPort]:
                 continue
             base = f"{IB}/{dev}/ports/{port}"
             try:
-                link_layer = root.read_optional_str(f"{base}/link_layer") or "InfiniBand"
+                known = static.get(base)
+                if known is None:
+                    known = static[base] = (root.read_optional_str(f"{base}/link_layer") or "InfiniBand",
+                                            _port_netdev(root, dev, port))
                 rate_text = root.read_optional_str(f"{base}/rate")
                 state = (root.read_optional_str(f"{base}/state") or "").partition(":")[2].strip()
-                ports.append(RdmaPort(dev, port, link_layer, parse_rate(rate_text) if rate_text else None,
-                                      state, _port_netdev(root, dev, port)))
+                ports.append(RdmaPort(dev, port, known[0], parse_rate(rate_text) if rate_text else None,
+                                      state, known[1]))
             except SourceError as e:
                 errors.append(e)
     return ports
@@ -77,11 +83,13 @@ def read_counters(root: Root, port: RdmaPort, group: str, names: tuple[str, ...]
                   errors: list[SourceError]) -> dict[str, int]:
     """The named counters of one group that exist; malformed ones are reported and skipped."""
     out = {}
+    base = f"{port.base}/{group}/"
     for name in names:
-        rel = f"{port.base}/{group}/{name}"
         try:
-            out[name] = root.read_int(rel)
+            value = root.read_int_if_present(base + name)  # absent counters are normal: drivers differ
         except SourceError as e:
-            if root.exists(rel):  # absent counters are normal: drivers differ
-                errors.append(e)
+            errors.append(e)
+            continue
+        if value is not None:
+            out[name] = value
     return out

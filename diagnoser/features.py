@@ -1,0 +1,103 @@
+"""Features: per node and window, rates and fractions with a physical meaning, and how
+each node stands against its peers in the same window (what is normal depends on the job).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from diagnoser.frame import Frame
+
+STATES = ("paused", "saturated", "active", "quiet")
+
+
+@dataclass
+class Features:
+    frame: Frame
+    node: pd.DataFrame  # (instance, window) -> per-node features
+    cluster: pd.DataFrame  # window -> cluster features
+    nic: pd.DataFrame  # (instance, device, window) -> per-NIC features (fabric NICs)
+
+
+def robust_z(values: pd.Series, by: pd.Series) -> pd.Series:
+    """(x - peer median) / robust spread, peers = same window."""
+    grouped = values.groupby(by)
+    median = grouped.transform("median")
+    mad = (values - median).abs().groupby(by).transform("median")
+    # A floor on the spread: with identical peers (MAD = 0) a tiny difference is not news.
+    spread = np.maximum(1.4826 * mad, 0.05 * median.abs() + 1e-9)
+    return (values - median) / spread
+
+
+def compute(frame: Frame) -> Features:
+    n = frame.node.copy()
+    step = frame.step
+    window = n.index.get_level_values("window")
+    nic = frame.nic
+    fabric = nic[nic["fabric"].astype(bool)] if len(nic) else nic
+    fabric_count = fabric.groupby(level=["instance", "window"]).size() if len(fabric) else pd.Series(dtype=float)
+    n["fabric_nics"] = fabric_count.reindex(n.index).fillna(0)
+
+    gpu_time = n["busy"] + n[[f"idle_{s}" for s in STATES]].sum(axis=1, min_count=1)
+    f = pd.DataFrame(index=n.index)
+    f["gpus"] = n["gpus"]
+    f["gpu_time"] = gpu_time
+    with np.errstate(all="ignore"):
+        f["idle_frac"] = 1 - n["busy"] / gpu_time
+        for s in STATES:
+            f[f"idle_{s}_frac"] = n[f"idle_{s}"] / gpu_time
+        f["util"] = np.maximum(n["tx_bytes"], n["rx_bytes"]) / n["capacity"]
+        f["sat_frac"] = n["saturated"] / (step * n["fabric_nics"] * 2).replace(0, np.nan) * 2
+        f["pfc_tx_rate"] = n["pfc_tx"] / step
+        f["pfc_rx_rate"] = n["pfc_rx"] / step
+        f["ecn_rate"] = n["ecn"] / step
+        f["cnp_rate"] = (n["cnp_sent"].fillna(0) + n["cnp_received"].fillna(0)) / step
+        # Congestion marks per gigabyte moved: a busy healthy fabric marks some packets;
+        # congestion marks many more for the same traffic.
+        f["ecn_per_gb"] = (n["ecn"].fillna(0) + n["cnp_sent"].fillna(0)) / ((n["tx_bytes"] + n["rx_bytes"]) / 1e9)
+        f["loss_rate"] = n["rdma_loss"] / step
+        f["retrans_ratio"] = n["tcp_retrans"] / n["tcp_sent"].where(n["tcp_sent"] > 0)
+        f["throttle_frac"] = n["throttled"] / (n["gpus"] * step).replace(0, np.nan)
+        f["bytes_rate"] = (n["tx_bytes"] + n["rx_bytes"]) / step
+    f["sm_clock"] = n["sm_clock"]
+    f["carrier_changes"] = n["carrier_changes"]
+    f["nics_down"] = n["nics_down"]
+    for col in ("idle_frac", "pfc_tx_rate", "pfc_rx_rate", "loss_rate", "retrans_ratio", "throttle_frac",
+                "sm_clock", "util", "bytes_rate", "ecn_rate"):
+        f[f"{col}_z"] = robust_z(f[col], window)
+
+    # Cluster, per window: GPU-time weighted idle and sums.
+    g = pd.DataFrame(index=frame.windows)
+    by = f.groupby(level="window")
+    total_gpu_time = by["gpu_time"].sum(min_count=1)
+    g["gpu_time"] = total_gpu_time
+    with np.errstate(all="ignore"):
+        g["idle_frac"] = (f["idle_frac"] * f["gpu_time"]).groupby(level="window").sum(min_count=1) / total_gpu_time
+        for s in STATES:
+            g[f"idle_{s}_frac"] = n[f"idle_{s}"].groupby(level="window").sum(min_count=1) / total_gpu_time
+    g["nodes"] = by["gpu_time"].count()
+    g["nodes_reporting"] = by["bytes_rate"].count()
+    for col in ("pfc_tx_rate", "pfc_rx_rate", "ecn_rate", "cnp_rate", "loss_rate", "bytes_rate"):
+        g[col] = by[col].sum(min_count=1)
+    g["util_median"] = by["util"].median()
+    g["sat_frac_median"] = by["sat_frac"].median()
+    g["ecn_per_gb"] = by["ecn_per_gb"].median()
+    g["retrans_ratio"] = n["tcp_retrans"].groupby(level="window").sum(min_count=1) / \
+        n["tcp_sent"].groupby(level="window").sum(min_count=1).replace(0, np.nan)
+    g["throttle_frac_max"] = by["throttle_frac"].max()
+    g["pfc_rx_nodes"] = (f["pfc_rx_rate"] > 1.0).groupby(level="window").sum()
+
+    nf = pd.DataFrame(index=fabric.index)
+    if len(fabric):
+        with np.errstate(all="ignore"):
+            nf["speed"] = fabric["speed"]
+            nf["up"] = fabric["up"]
+            nf["util"] = np.maximum(fabric["tx_bytes"], fabric["rx_bytes"]) / (fabric["speed"] * step)
+            nf["pfc_tx_rate"] = fabric["pfc_tx"] / step
+            nf["loss_rate"] = fabric["rdma_loss"] / step
+            nf["carrier_changes"] = fabric["carrier_changes"]
+            nf["bytes"] = fabric["tx_bytes"].fillna(0) + fabric["rx_bytes"].fillna(0)
+    return Features(frame, f, g, nf)
