@@ -1,13 +1,16 @@
 """Calls that may hang (an NVML call on a dying GPU), run with a time limit.
 
-Each key (a GPU) has its own worker thread. A call that does not finish in time is left
-to finish on its own; until it does, that key is reported as hung and gets no new call,
-so one stuck GPU never holds up the tick or the other GPUs.
+A tick's calls run one after another on one worker thread (one hand-off per tick, not
+one per GPU). If the batch overruns its limit, the key being called is marked hung, the
+worker is abandoned to finish that call on its own (it makes no further calls), and the
+next batch runs on a fresh worker without the hung key until its call returns. So one
+stuck GPU never holds up the tick or the other GPUs.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import threading
 from typing import Callable, Hashable
 
 
@@ -18,34 +21,57 @@ class Hung(Exception):
 class BoundedCalls:
     def __init__(self, name: str):
         self._name = name
-        self._workers: dict[Hashable, cf.ThreadPoolExecutor] = {}
-        self._running: dict[Hashable, cf.Future] = {}
+        self._lanes = 0
+        self._lane = self._new_lane()
+        self._stuck: dict[Hashable, cf.Future] = {}  # key -> the abandoned batch still in its call
+        self._suspects: set[Hashable] = set()  # keys that hung once: called last from then on
+
+    def _new_lane(self) -> cf.ThreadPoolExecutor:
+        self._lanes += 1
+        return cf.ThreadPoolExecutor(1, thread_name_prefix=f"{self._name}-{self._lanes}")
 
     def run(self, calls: dict[Hashable, Callable[[], object]], timeout: float) -> dict[Hashable, object]:
         """{key: result, or the exception it raised, or Hung()} within about `timeout` seconds."""
-        futures: dict[Hashable, cf.Future] = {}
         results: dict[Hashable, object] = {}
-        for key, fn in calls.items():
-            still = self._running.get(key)
-            if still is not None and not still.done():
-                results[key] = Hung(f"previous call still running after its time limit")
-                continue
-            worker = self._workers.get(key)
-            if worker is None:
-                worker = self._workers[key] = cf.ThreadPoolExecutor(1, thread_name_prefix=f"{self._name}-{key}")
-            futures[key] = self._running[key] = worker.submit(fn)
-        if futures:
-            cf.wait(futures.values(), timeout=timeout)
-        for key, future in futures.items():
-            if not future.done():
-                results[key] = Hung(f"no answer within {timeout:.2f}s")
-            elif future.exception() is not None:
-                results[key] = future.exception()
+        for key, future in list(self._stuck.items()):
+            if future.done():
+                del self._stuck[key]
             else:
-                results[key] = future.result()
+                results[key] = Hung("an earlier call has not returned yet")
+        todo = sorted(((k, fn) for k, fn in calls.items() if k not in results),
+                      key=lambda item: item[0] in self._suspects)
+        if not todo:
+            return results
+        done: dict[Hashable, object] = {}
+        current: list[Hashable | None] = [None]
+        abandoned = threading.Event()
+
+        def batch() -> None:
+            for key, fn in todo:
+                if abandoned.is_set():
+                    return
+                current[0] = key
+                try:
+                    done[key] = fn()
+                except Exception as e:  # noqa: BLE001 - handed to the caller as the result
+                    done[key] = e
+            current[0] = None
+
+        future = self._lane.submit(batch)
+        try:
+            future.result(timeout=timeout)
+        except cf.TimeoutError:
+            abandoned.set()
+            hung = current[0]
+            if hung is not None:
+                self._stuck[hung] = future
+                self._suspects.add(hung)
+            self._lane.shutdown(wait=False)
+            self._lane = self._new_lane()
+        finished = dict(done)
+        for key, _ in todo:
+            results[key] = finished.get(key, Hung(f"no answer within {timeout:.2f}s"))
         return results
 
     def close(self) -> None:
-        for worker in self._workers.values():
-            worker.shutdown(wait=False, cancel_futures=True)
-        self._workers.clear()
+        self._lane.shutdown(wait=False, cancel_futures=True)

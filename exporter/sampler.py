@@ -4,9 +4,9 @@ Fast tick (default 0.2 s): what the fast-tick correlation needs (wire bytes, pau
 GPU activity), then the derived counters (saturated seconds, network_state).
 Slow tick (default 1 s): NIC discovery and everything else.
 
-Each tick has its own worker thread, so a slow source (a hung sysfs read) delays only its
-own tick, and ticks of one kind never overlap: a tick that overruns delays the next,
-which is counted (gpunet_exporter_ticks_late_total) rather than piled up.
+Each tick has its own thread, so a slow source (a hung sysfs read) delays only its own
+tick, and ticks of one kind never overlap: a tick that overruns delays the next, which is
+counted (gpunet_exporter_ticks_late_total) rather than piled up.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import replace
 
 from exporter.collectors.driver_stats import DriverStatsCollector
@@ -60,9 +60,8 @@ class Sampler:
         self._counters: dict[str, MonotonicCounters] = {}
         self._logged: dict[str, str] = {}  # problem -> collector that first met it
         self._failing: set[str] = set()
-        self._fast_pool = ThreadPoolExecutor(1, thread_name_prefix="gpunet-fast")
-        self._slow_pool = ThreadPoolExecutor(1, thread_name_prefix="gpunet-slow")
-        self._tasks: list[asyncio.Task] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
         self.last_fast_tick = time.monotonic()
 
     # --- one tick ---------------------------------------------------------------------
@@ -124,32 +123,39 @@ class Sampler:
             log.info("collector %s: recovered", name)
 
     # --- the loops --------------------------------------------------------------------
+    # Plain threads with their own clock: a tick costs no event-loop round trip, and the
+    # HTTP server's loop never waits on a tick.
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._slow_pool, self.slow_tick)  # first inventory
-        await loop.run_in_executor(self._fast_pool, self.fast_tick)
-        self._tasks = [asyncio.create_task(self._loop("slow", self.slow_interval, self._slow_pool, self.slow_tick)),
-                       asyncio.create_task(self._loop("fast", self.fast_interval, self._fast_pool, self.fast_tick))]
+        await asyncio.to_thread(self.slow_tick)  # the first inventory, before any scrape
+        await asyncio.to_thread(self.fast_tick)
+        self._stop.clear()
+        self._threads = [threading.Thread(target=self._loop, args=("slow", self.slow_interval, self.slow_tick),
+                                          name="gpunet-slow", daemon=True),
+                         threading.Thread(target=self._loop, args=("fast", self.fast_interval, self.fast_tick),
+                                          name="gpunet-fast", daemon=True)]
+        for thread in self._threads:
+            thread.start()
 
-    async def _loop(self, tick: str, interval: float, pool: ThreadPoolExecutor, fn) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time()
+    def _loop(self, tick: str, interval: float, fn) -> None:
+        deadline = time.monotonic()
         while True:
             deadline += interval
-            delay = deadline - loop.time()
+            delay = deadline - time.monotonic()
             late = delay < -interval
             if late:
-                deadline = loop.time()  # skip the missed ticks instead of bursting
-            await asyncio.sleep(max(delay, 0.0))
-            await loop.run_in_executor(pool, fn)
+                deadline = time.monotonic()  # skip the missed ticks instead of bursting
+            if self._stop.wait(max(delay, 0.0)):
+                return
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - collectors are guarded; this is a bug elsewhere
+                log.exception("%s tick failed", tick)
             self.registry.add_tick(tick, interval, late)
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        for pool in (self._fast_pool, self._slow_pool):
-            pool.shutdown(wait=False, cancel_futures=True)
+        self._stop.set()
+        for thread in self._threads:
+            await asyncio.to_thread(thread.join, 5.0)
         for collector in [self.wire, *self.fast, *self.slow, self.gpus]:
             close = getattr(collector, "close", None)
             if close is not None:

@@ -38,6 +38,15 @@ class DriverCounters:
     out_of_buffer: Names = ()
     hw_counter_wrap: float | None = None  # width of the driver's hw_counters, where they wrap
 
+    @property
+    def wire_names(self) -> frozenset[str]:
+        """What the fast tick reads from the driver: wire bytes and pause frames."""
+        return flat_names(self.wire_rx_bytes, self.wire_tx_bytes, self.pause_frames)
+
+    @property
+    def slow_names(self) -> frozenset[str]:
+        return flat_names(self.pause_duration, self.rx_discards, self.tx_discards, self.rx_errors)
+
     def hw_counter_names(self) -> tuple[str, ...]:
         names: list[str] = []
         for alternatives in (self.ecn_marked, self.cnp_sent, self.cnp_received, self.out_of_buffer,
@@ -45,6 +54,15 @@ class DriverCounters:
             for alt in alternatives:
                 names.extend(alt if isinstance(alt, tuple) else (alt,))
         return tuple(dict.fromkeys(names))
+
+
+def flat_names(*groups) -> frozenset[str]:
+    """Every counter name in alternatives tuples and name->label dicts."""
+    names: set[str] = set()
+    for group in groups:
+        for alt in group:
+            names.update(alt if isinstance(alt, tuple) else (alt,))
+    return frozenset(names)
 
 
 def pick(values: dict[str, int], alternatives: Names) -> int | None:

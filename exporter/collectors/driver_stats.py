@@ -29,7 +29,7 @@ class DriverStatsCollector:
             if not self.reader.available(nic.netdev):
                 continue
             try:
-                stats = self.reader.read(nic.netdev, errors)
+                stats = self.reader.read(nic.netdev, errors, table.slow_names)
             except SourceError as e:
                 errors.append(e)
                 continue

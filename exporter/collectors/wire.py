@@ -46,7 +46,7 @@ class WireCollector:
         table = counters_for(nic.driver)
         if table.wire_rx_bytes and self.driver_stats.available(nic.netdev):
             try:
-                stats = self.driver_stats.read(nic.netdev, [])
+                stats = self.driver_stats.read(nic.netdev, [], table.wire_names)
                 if pick(stats, table.wire_rx_bytes) is not None:
                     return "driver"
             except SourceError as e:
@@ -84,8 +84,8 @@ class WireCollector:
         return samples
 
     def _from_driver(self, nic: Nic, samples: list[Sample], errors: list[SourceError]) -> None:
-        stats = self.driver_stats.read(nic.netdev, errors)
         table = counters_for(nic.driver)
+        stats = self.driver_stats.read(nic.netdev, errors, table.wire_names)
         rx, tx = pick(stats, table.wire_rx_bytes), pick(stats, table.wire_tx_bytes)
         if rx is not None:
             samples.append(Sample(NIC_RECEIVE_BYTES, (nic.device,), rx))
