@@ -31,6 +31,17 @@ gradient. Each rank writes its node's nvml.json (two H100-like GPUs) atomically,
 utilization_gpu 100 during compute and 0 while it waits in the collectives, so the
 exporter's GPU idle split by network_state follows the real network.
 
+Traces (each: --lead s healthy, --incident s of the fault, --tail s healthy):
+  real-bandwidth  fab0 at 200 Mbit/s; the gradient grows from 1 MB to 25 MB per step for the
+                  incident: the link is the bottleneck (network_bandwidth, both nodes).
+  real-loss       fab0 at 1 Gbit/s, 8 MB per step, TCP SACK off in the node namespaces; nftables
+                  on node-b drops 3% of what arrives from node-a (packet_loss, node-b). Without
+                  SACK, recovery is go-back-N-like and the all-reduce throughput collapses.
+  real-iperf3     no job, exporters with --no-gpu; one iperf3 stream fills the 200 Mbit/s link
+                  (network_bandwidth, GPU impact unknown: no GPU series).
+  real-loss-sack  as real-loss with Linux's default TCP (SACK, RACK-TLP): retransmits rise
+                  just as clearly but the job hardly slows on a ~50 us RTT.
+
 After each run the recorded window is exported with ``gpunet-trace export`` (run inside the
 mgmt namespace) into OUTDIR/NAME.om.gz, the ground truth is written to NAME.labels.json
 (contract section 3), the trace is loaded back with ``gpunet-trace load`` as a check, and
