@@ -1,10 +1,61 @@
-"""diagnose: names the bottleneck of a slowed training job (issue 5; not built yet)."""
+"""diagnose: name the bottleneck of a slowed training job, its culprits and the fix.
+
+    diagnose --replay incident.om.gz                 # a trace; the window ends at its last sample
+    diagnose --replay incident.om.gz --since 30m --format json
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
+
+from diagnoser.classify import classify
+from diagnoser.features import compute
+from diagnoser.incidents import merge, periodic_stalls
+from diagnoser.report import dumps, to_json, to_text
+from diagnoser.sources.replay import TraceError, frame_from_trace
+from gpunet.window import parse_duration, parse_time
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="diagnose", description=__doc__.split("\n\n")[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--replay", metavar="FILE", help="a trace (.om or .om.gz, contract section 3)")
+    src.add_argument("--prometheus", metavar="URL", help="a Prometheus HTTP API (not in this version yet)")
+    p.add_argument("--since", help="window length ending at --end (or the trace's last sample), e.g. 1h")
+    p.add_argument("--start", help="window start, RFC 3339 or Unix seconds")
+    p.add_argument("--end", help="window end, RFC 3339 or Unix seconds")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--fail-on-findings", action="store_true", help="exit 3 when something was found")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("diagnose: not implemented yet (tracked in issue 5)", file=sys.stderr)
-    return 2
+    args = build_parser().parse_args(argv)
+    if args.prometheus:
+        print("diagnose: --prometheus is not built yet (issue 5); export a trace with `gpunet-trace export` "
+              "and use --replay", file=sys.stderr)
+        return 2
+    try:
+        since = parse_duration(args.since) if args.since else None
+        start = parse_time(args.start) if args.start else None
+        end = parse_time(args.end) if args.end else None
+        frame = frame_from_trace(args.replay, since, start, end,
+                                 warn=lambda m: print(f"diagnose: warning: {m}", file=sys.stderr))
+    except (TraceError, ValueError) as e:
+        print(f"diagnose: {e}", file=sys.stderr)
+        return 1
+    features = compute(frame)
+    incidents, stalls = periodic_stalls(merge(classify(features), frame.step), frame.step)
+    notes = []
+    if stalls:
+        notes.append(f"{len(stalls)} brief, periodic GPU stalls with a quiet network (checkpoints?) were left out")
+    if not frame.has_gpus:
+        notes.append("no GPU series: network conditions are reported, their GPU impact is unknown")
+    doc = to_json(features, incidents, notes)
+    print(dumps(doc) if args.format == "json" else to_text(doc, markdown=args.format == "markdown"), end="")
+    return 3 if args.fail_on_findings and doc["findings"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from diagnoser.frame import Frame
+from diagnoser.frame import FINE, Frame
 
 STATES = ("paused", "saturated", "active", "quiet")
 
@@ -50,7 +50,9 @@ def compute(frame: Frame) -> Features:
         for s in STATES:
             f[f"idle_{s}_frac"] = n[f"idle_{s}"] / gpu_time
         f["util"] = np.maximum(n["tx_bytes"], n["rx_bytes"]) / n["capacity"]
-        f["sat_frac"] = n["saturated"] / (step * n["fabric_nics"] * 2).replace(0, np.nan) * 2
+        # Time some fabric NIC ran at line rate, as a fraction of the window (either direction).
+        f["sat_frac"] = (n["saturated"] / (step * n["fabric_nics"]).replace(0, np.nan)).clip(upper=1.0)
+        f["other_util"] = n["other_bytes"] / n["other_capacity"]
         f["pfc_tx_rate"] = n["pfc_tx"] / step
         f["pfc_rx_rate"] = n["pfc_rx"] / step
         f["ecn_rate"] = n["ecn"] / step
@@ -88,7 +90,20 @@ def compute(frame: Frame) -> Features:
     g["retrans_ratio"] = n["tcp_retrans"].groupby(level="window").sum(min_count=1) / \
         n["tcp_sent"].groupby(level="window").sum(min_count=1).replace(0, np.nan)
     g["throttle_frac_max"] = by["throttle_frac"].max()
+    g["other_util_median"] = by["other_util"].median()
+    g["other_rate"] = n["other_bytes"].groupby(level="window").sum(min_count=1) / step
     g["pfc_rx_nodes"] = (f["pfc_rx_rate"] > 1.0).groupby(level="window").sum()
+    g["tcp_retrans_rate"] = n["tcp_retrans"].groupby(level="window").sum(min_count=1) / step
+    # Quiet idle sustained through the window (median of its sub-windows), not one stall.
+    fine = frame.fine
+    if len(fine) and "idle_quiet" in fine:
+        total = fine.get("busy", 0) + fine[[f"idle_{s}" for s in STATES if f"idle_{s}" in fine]].sum(axis=1)
+        with np.errstate(all="ignore"):
+            quiet = (fine["idle_quiet"] / total).to_numpy()
+        per_window = quiet[: len(g) * FINE].reshape(len(g), FINE)
+        g["idle_quiet_sustained"] = np.nanmedian(per_window, axis=1)
+    else:
+        g["idle_quiet_sustained"] = g["idle_quiet_frac"]
 
     nf = pd.DataFrame(index=fabric.index)
     if len(fabric):

@@ -22,6 +22,7 @@ NODE_COLUMNS = (
     "tx_bytes", "rx_bytes", "capacity", "saturated", "pfc_tx", "pfc_rx", "ecn", "cnp_sent", "cnp_received",
     "rdma_loss", "discards", "tcp_retrans", "tcp_sent", "carrier_changes", "nics_down",
     "state_paused", "state_saturated", "state_active", "state_quiet",
+    "other_bytes", "other_capacity",  # NICs outside the training fabric (management, storage)
 )
 NIC_COLUMNS = ("fabric", "speed", "up", "tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "ecn",
                "cnp_sent", "cnp_received", "rdma_loss", "discards", "carrier_changes")
@@ -32,7 +33,7 @@ NIC_COUNTERS = {c.NIC_TRANSMIT_BYTES.name: "tx_bytes", c.NIC_RECEIVE_BYTES.name:
                 c.NIC_CNP_RECEIVED.name: "cnp_received", c.NIC_RDMA_LOSS_EVENTS.name: "rdma_loss",
                 c.NIC_RECEIVE_DISCARDS.name: "discards", c.NIC_CARRIER_CHANGES.name: "carrier_changes",
                 c.NIC_SATURATED_SECONDS.name: "saturated"}
-WANTED = {*NIC_COUNTERS, c.NIC_PFC_PAUSE_FRAMES.name, c.NIC_LINK_SPEED.name, c.NIC_UP.name, c.NIC_INFO.name,
+WANTED = {*NIC_COUNTERS, c.NIC_PFC_PAUSE_FRAMES.name, c.NIC_FABRIC.name, c.NIC_LINK_SPEED.name, c.NIC_UP.name, c.NIC_INFO.name,
           c.GPU_BUSY_SECONDS.name, c.GPU_IDLE_SECONDS.name, c.GPU_THROTTLED_SECONDS.name, c.GPU_SM_CLOCK.name,
           c.GPU_INFO.name, c.TCP_RETRANSMITTED.name, c.TCP_SENT.name, c.NODE_NETWORK_STATE_SECONDS.name}
 
@@ -48,6 +49,9 @@ class Frame:
     nic: pd.DataFrame  # index (instance, device, window)
     scrape_interval: float
     has_gpus: bool
+    # Cluster GPU time at a finer grain (FINE sub-windows per window): tells a sustained
+    # rise of idle from a brief stall (a checkpoint) inside the same window.
+    fine: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -95,9 +99,13 @@ def _sum_known(rows: np.ndarray) -> np.ndarray:
 
 
 def choose_step(start: float, end: float, scrape_interval: float) -> float:
-    """Windows of at least 4 scrapes and 60 s, and at most ~240 windows in the whole range."""
-    step = max(60.0, 4 * scrape_interval, (end - start) / 240)
-    return float(np.ceil(step / 15.0) * 15.0)
+    """Windows of at least 4 scrapes (rates need several samples) and 20 s, and at most
+    ~240 windows in the whole range."""
+    step = max(20.0, 4 * scrape_interval, (end - start) / 240)
+    return float(np.ceil(step / 5.0) * 5.0)
+
+
+FINE = 4  # sub-windows per window
 
 
 class FrameBuilder:
@@ -110,9 +118,12 @@ class FrameBuilder:
         if len(self.edges) < 2:
             self.edges = np.array([start, end])
         self.n = len(self.edges) - 1
+        self.fine_edges = np.linspace(self.edges[0], self.edges[-1], self.n * FINE + 1)
+        self.fine: dict[str, np.ndarray] = {}
         self.node: dict[str, dict[str, np.ndarray]] = {}
         self.nic: dict[tuple[str, str], dict[str, np.ndarray]] = {}
         self.nic_info: dict[tuple[str, str], dict[str, str]] = {}
+        self.fabric_flag: dict[tuple[str, str], bool] = {}  # the exporter's own word, where exported
         self.gpu_seen: dict[str, set[str]] = {}
         self.sm_clock: dict[str, list[np.ndarray]] = {}
         self.throttled: dict[tuple[str, str], np.ndarray] = {}
@@ -141,13 +152,17 @@ class FrameBuilder:
             self.nic.setdefault((instance, labels.get("device", "")), {})["up"] = gauge_stats(t, v, e)[1]
         elif name == c.NIC_INFO.name:
             self.nic_info[(instance, labels.get("device", ""))] = labels
+        elif name == c.NIC_FABRIC.name:
+            self.fabric_flag[(instance, labels.get("device", ""))] = bool(np.nanmax(v) > 0) if len(v) else False
         elif name == c.GPU_BUSY_SECONDS.name:
             self._acc(self.node, instance, "busy", counter_increase(t, v, e))
+            self._acc(self.fine, "busy", "busy", counter_increase(t, v, self.fine_edges))
             self.gpu_seen.setdefault(instance, set()).add(labels.get("gpu", ""))
         elif name == c.GPU_IDLE_SECONDS.name:
             state = labels.get("network_state", "quiet")
             if state in c.NETWORK_STATES:
                 self._acc(self.node, instance, f"idle_{state}", counter_increase(t, v, e))
+                self._acc(self.fine, "idle", f"idle_{state}", counter_increase(t, v, self.fine_edges))
         elif name == c.GPU_THROTTLED_SECONDS.name:
             # Reasons overlap in time: a GPU's throttled time is its busiest reason's.
             key = (instance, labels.get("gpu", ""))
@@ -167,12 +182,24 @@ class FrameBuilder:
     def build(self) -> Frame:
         nan = np.full(self.n, np.nan)
         windows = self.edges[:-1]
-        # Fabric NICs: those with an RDMA device; on a node with none, all its NICs.
+        # Fabric NICs: as the exporter says (gpunet_nic_fabric); else those with an RDMA
+        # device; on a node with neither, the NIC that carried the most bytes (a TCP job's
+        # data NIC outweighs the management NIC that carries scrapes).
         rdma_nodes = {inst for (inst, _), info in self.nic_info.items() if info.get("rdma_device")}
+        busiest: dict[str, tuple[float, str]] = {}
+        for (instance, device), cols in self.nic.items():
+            moved = float(np.nansum(cols.get("tx_bytes", 0)) + np.nansum(cols.get("rx_bytes", 0)))
+            if moved > busiest.get(instance, (-1.0, ""))[0]:
+                busiest[instance] = (moved, device)
         nic_rows = {}
         for (instance, device), cols in self.nic.items():
             info = self.nic_info.get((instance, device), {})
-            fabric = bool(info.get("rdma_device")) if instance in rdma_nodes else True
+            if (instance, device) in self.fabric_flag:
+                fabric = self.fabric_flag[(instance, device)]
+            elif instance in rdma_nodes:
+                fabric = bool(info.get("rdma_device"))
+            else:
+                fabric = busiest.get(instance, (0, ""))[1] == device
             row = {"fabric": np.full(self.n, fabric)}
             for col in NIC_COLUMNS[1:]:
                 row[col] = cols.get(col, nan)
@@ -180,8 +207,10 @@ class FrameBuilder:
         for (instance, gpu), inc in self.throttled.items():
             self._acc(self.node, instance, "throttled", inc)
         for instance, clocks in self.sm_clock.items():
-            with np.errstate(all="ignore"):
-                self.node.setdefault(instance, {})["sm_clock"] = np.nanmean(np.vstack(clocks), axis=0)
+            stacked = np.vstack(clocks)
+            known = np.isfinite(stacked).sum(axis=0)
+            self.node.setdefault(instance, {})["sm_clock"] = np.where(
+                known > 0, np.nansum(stacked, axis=0) / np.maximum(known, 1), np.nan)
 
         instances = sorted(set(self.node) | {inst for inst, _ in nic_rows})
         node_frames = []
@@ -195,6 +224,10 @@ class FrameBuilder:
                     cols[col] = _sum_known(np.vstack([r[col] for r in fabric]))
             if fabric:
                 cols["capacity"] = _sum_known(np.vstack([r["speed"] for r in fabric])) * self.step
+            other = [r for (inst, _), r in nic_rows.items() if inst == instance and not r["fabric"][0]]
+            if other:
+                cols["other_bytes"] = _sum_known(np.vstack([np.fmax(r["tx_bytes"], r["rx_bytes"]) for r in other]))
+                cols["other_capacity"] = _sum_known(np.vstack([r["speed"] for r in other])) * self.step
                 ups = np.vstack([r["up"] for r in fabric])
                 cols["nics_down"] = np.nansum(ups == 0, axis=0).astype(float)
             node_frames.append(pd.DataFrame({col: cols.get(col, nan) for col in NODE_COLUMNS},
@@ -206,5 +239,8 @@ class FrameBuilder:
                       for (inst, dev), row in sorted(nic_rows.items())]
         nic = pd.concat(nic_frames) if nic_frames else pd.DataFrame(columns=NIC_COLUMNS)
         has_gpus = bool(self.gpu_seen)
+        fine_cols = {**self.fine.get("busy", {}), **self.fine.get("idle", {})}
+        fine = pd.DataFrame(fine_cols, index=pd.Index(self.fine_edges[:-1], name="window")) if fine_cols \
+            else pd.DataFrame()
         return Frame(self.source, self.start, self.end, self.step, windows, node, nic, self.scrape_interval,
-                     has_gpus, self.warnings)
+                     has_gpus, fine, self.warnings)

@@ -78,6 +78,9 @@ NIC_LINK_DOWNED = _m("gpunet_nic_link_downed_total", "counter",
                      "Times the link failed to recover and went down (InfiniBand link_downed).", DEV)
 NIC_RDMA_OUT_OF_BUFFER = _m("gpunet_nic_rdma_out_of_buffer_total", "counter",
                             "RDMA packets dropped because no receive WQE was posted.", DEV)
+NIC_FABRIC = _m("gpunet_nic_fabric", "gauge",
+                 "1 when the NIC belongs to the training fabric whose traffic decides network_state "
+                 "(RDMA NICs by default, or --fabric-devices), else 0.", DEV)
 NIC_MTU = _m("gpunet_nic_mtu_bytes", "gauge", "MTU of the netdev.", DEV)
 NIC_NETDEV_RECEIVE_BYTES = _m("gpunet_nic_netdev_receive_bytes_total", "counter",
                               "Bytes the kernel's network stack received (RDMA not included).", DEV)

@@ -124,3 +124,20 @@ def test_corrupt_trace_is_refused_with_promtools_reason(tmp_path):
     bad.write_text("# TYPE gpunet_nic_up gauge\ngpunet_nic_up{device=\"x\" 1 1767225600\n# EOF\n")
     result = gpunet_trace("load", str(bad), "--data", str(tmp_path / "d"))
     assert result.returncode == 1 and "bad.om" in result.stderr
+
+
+COMMITTED = sorted((REPO / "replay_data").rglob("*.om.gz"))
+
+
+@pytest.mark.parametrize("trace", COMMITTED, ids=[t.name for t in COMMITTED])
+def test_committed_trace_loads_with_every_series(trace, served):
+    samples = read_samples(trace)
+    expected = {s for s, _, _ in samples}
+    first, last = min(t for _, t, _ in samples), max(t for _, t, _ in samples)
+    url = served(trace)
+    assert series_count(url, first, last) == len(expected)
+    # And PromQL works over it: every node has its transmitted bytes.
+    q = urllib.parse.urlencode({"query": "count by (instance) (gpunet_nic_transmit_bytes_total)", "time": last})
+    result = json.loads(http_get(f"{url}/api/v1/query?{q}")[2])["data"]["result"]
+    instances = {s.split('instance="')[1].split('"')[0] for s in expected if s.startswith("gpunet_nic_transmit")}
+    assert {r["metric"]["instance"] for r in result} <= instances and result

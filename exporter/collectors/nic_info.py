@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from exporter.root import SourceError
 from exporter.samples import Sample, TickContext
-from gpunet.contract import NIC_INFO, NIC_LINK_SPEED, NIC_UP
+from gpunet.contract import NIC_FABRIC, NIC_INFO, NIC_LINK_SPEED, NIC_UP
 
 
 class NicInfoCollector:
@@ -16,6 +16,7 @@ class NicInfoCollector:
             rdma_device, port = (nic.rdma.device, nic.rdma.port) if nic.rdma else ("", "")
             samples.append(Sample(NIC_INFO, (nic.device, rdma_device, port, nic.driver, nic.link_layer,
                                              nic.numa_node, nic.pci_address), 1.0))
+            samples.append(Sample(NIC_FABRIC, (nic.device,), 1.0 if nic.fabric else 0.0))
             if nic.speed_bytes_per_second:
                 samples.append(Sample(NIC_LINK_SPEED, (nic.device,), nic.speed_bytes_per_second))
             if not nic.netdev and nic.rdma is not None:
