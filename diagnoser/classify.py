@@ -107,6 +107,8 @@ def classify(f: Features) -> list[WindowFinding]:
     if len(nic):
         used = nic.groupby(level=["instance", "device"]).agg(bytes=("bytes", "sum"), up=("up", "max"))
         used = used[(used["bytes"] > 0) | (used["up"] > 0)].index
+    speed_median = pd.Series(f.frame.fabric_speed_median if f.frame.fabric_speed_median is not None
+                             else np.nan, index=f.frame.windows)
     for w, g in f.cluster.iterrows():
         try:
             nw = node.xs(w, level="window")
@@ -139,7 +141,9 @@ def classify(f: Features) -> list[WindowFinding]:
             except KeyError:
                 nicw = nic.iloc[0:0]
             nicw = nicw[nicw.index.isin(used)]
-            median_speed = nicw["speed"].median()
+            median_speed = speed_median.get(w, np.nan)
+            if not np.isfinite(median_speed):
+                median_speed = nicw["speed"].median()
             slow = nicw["speed"] < SLOW_LINK * median_speed
             down = nicw["up"] == 0
             flaps = nicw["carrier_changes"] > 0

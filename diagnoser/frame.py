@@ -52,6 +52,9 @@ class Frame:
     # Cluster GPU time at a finer grain (FINE sub-windows per window): tells a sustained
     # rise of idle from a brief stall (a checkpoint) inside the same window.
     fine: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Median link speed of all fabric NICs per window: the peers a NIC is compared with,
+    # even when `nic` holds only the suspect nodes (drill-down from Prometheus).
+    fabric_speed_median: np.ndarray | None = None
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -212,35 +215,47 @@ class FrameBuilder:
             self.node.setdefault(instance, {})["sm_clock"] = np.where(
                 known > 0, np.nansum(stacked, axis=0) / np.maximum(known, 1), np.nan)
 
-        instances = sorted(set(self.node) | {inst for inst, _ in nic_rows})
-        node_frames = []
-        for instance in instances:
-            cols = dict(self.node.get(instance, {}))
+        node_cols: dict[str, dict[str, np.ndarray]] = {}
+        for instance in sorted(set(self.node) | {inst for inst, _ in nic_rows}):
+            cols = node_cols[instance] = dict(self.node.get(instance, {}))
             cols["gpus"] = np.full(self.n, float(len(self.gpu_seen.get(instance, ()))))
             fabric = [r for (inst, _), r in nic_rows.items() if inst == instance and r["fabric"][0]]
-            for col in ("tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "ecn", "cnp_sent",
-                        "cnp_received", "rdma_loss", "discards", "carrier_changes"):
-                if fabric:
-                    cols[col] = _sum_known(np.vstack([r[col] for r in fabric]))
             if fabric:
+                for col in ("tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "ecn", "cnp_sent",
+                            "cnp_received", "rdma_loss", "discards", "carrier_changes"):
+                    cols[col] = _sum_known(np.vstack([r[col] for r in fabric]))
                 cols["capacity"] = _sum_known(np.vstack([r["speed"] for r in fabric])) * self.step
+                cols["nics_down"] = np.nansum(np.vstack([r["up"] for r in fabric]) == 0, axis=0).astype(float)
             other = [r for (inst, _), r in nic_rows.items() if inst == instance and not r["fabric"][0]]
             if other:
                 cols["other_bytes"] = _sum_known(np.vstack([np.fmax(r["tx_bytes"], r["rx_bytes"]) for r in other]))
                 cols["other_capacity"] = _sum_known(np.vstack([r["speed"] for r in other])) * self.step
-                ups = np.vstack([r["up"] for r in fabric])
-                cols["nics_down"] = np.nansum(ups == 0, axis=0).astype(float)
-            node_frames.append(pd.DataFrame({col: cols.get(col, nan) for col in NODE_COLUMNS},
-                                            index=pd.MultiIndex.from_product([[instance], windows],
-                                                                             names=["instance", "window"])))
-        node = pd.concat(node_frames) if node_frames else pd.DataFrame(columns=NODE_COLUMNS)
-        nic_frames = [pd.DataFrame(row, index=pd.MultiIndex.from_product([[inst], [dev], windows],
-                                                                         names=["instance", "device", "window"]))
-                      for (inst, dev), row in sorted(nic_rows.items())]
-        nic = pd.concat(nic_frames) if nic_frames else pd.DataFrame(columns=NIC_COLUMNS)
-        has_gpus = bool(self.gpu_seen)
+        fabric_speeds = [r["speed"] for r in nic_rows.values() if r["fabric"][0]]
+        speed_median = np.full(self.n, np.nan)
+        if fabric_speeds:
+            stacked = np.vstack(fabric_speeds)
+            known = np.isfinite(stacked).any(axis=0)
+            speed_median[known] = np.nanmedian(stacked[:, known], axis=0)
         fine_cols = {**self.fine.get("busy", {}), **self.fine.get("idle", {})}
         fine = pd.DataFrame(fine_cols, index=pd.Index(self.fine_edges[:-1], name="window")) if fine_cols \
             else pd.DataFrame()
-        return Frame(self.source, self.start, self.end, self.step, windows, node, nic, self.scrape_interval,
-                     has_gpus, fine, self.warnings)
+        return assemble(self.source, self.start, self.end, self.step, self.scrape_interval, windows, node_cols,
+                        nic_rows, bool(self.gpu_seen), fine, speed_median, self.warnings)
+
+
+def assemble(source: str, start: float, end: float, step: float, scrape_interval: float, windows: np.ndarray,
+             node_cols: dict[str, dict[str, np.ndarray]], nic_rows: dict[tuple[str, str], dict[str, np.ndarray]],
+             has_gpus: bool, fine: pd.DataFrame, speed_median: np.ndarray, warnings: list[str]) -> Frame:
+    """The Frame from per-window columns, whichever source computed them."""
+    nan = np.full(len(windows), np.nan)
+    node_frames = [pd.DataFrame({col: cols.get(col, nan) for col in NODE_COLUMNS},
+                                index=pd.MultiIndex.from_product([[instance], windows], names=["instance", "window"]))
+                   for instance, cols in sorted(node_cols.items())]
+    node = pd.concat(node_frames) if node_frames else pd.DataFrame(columns=NODE_COLUMNS)
+    nic_frames = [pd.DataFrame({col: row.get(col, nan) for col in NIC_COLUMNS},
+                               index=pd.MultiIndex.from_product([[inst], [dev], windows],
+                                                                names=["instance", "device", "window"]))
+                  for (inst, dev), row in sorted(nic_rows.items())]
+    nic = pd.concat(nic_frames) if nic_frames else pd.DataFrame(columns=NIC_COLUMNS)
+    return Frame(source, start, end, step, windows, node, nic, scrape_interval, has_gpus, fine, speed_median,
+                 warnings)
