@@ -171,7 +171,7 @@ def classify(f: Features) -> list[WindowFinding]:
             values, z = (loss_nodes, nw["loss_rate_z"]) if rdma_loss else (retrans.fillna(0), nw["retrans_ratio_z"])
             total = float(values.sum())
             share = values / total if total > 0 else values * 0
-            local = values[((z >= LOCAL_Z) | (share >= 0.7)) & (values >= 0.3 * values.max())]
+            local = values[((z >= LOCAL_Z) | (share >= 0.7)) & (values >= 0.5 * values.max())]
             culprits = list(local.sort_values(ascending=False).index) if 0 < len(local) <= max(1, len(nw) // 4) \
                 else []
             add("packet_loss", culprits, _devices(nic, w, culprits, "loss_rate") if rdma_loss else [],

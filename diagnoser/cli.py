@@ -7,42 +7,64 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import sys
+from pathlib import Path
 
 from diagnoser.classify import classify
 from diagnoser.features import compute
 from diagnoser.incidents import merge, periodic_stalls
 from diagnoser.report import dumps, to_json, to_text
 from diagnoser.sources.replay import TraceError, frame_from_trace
-from gpunet.window import parse_duration, parse_time
+from diagnoser.sources.prometheus import frame_from_prometheus
+from gpunet.promapi import Auth, PromError, PrometheusClient
+from gpunet.window import parse_duration, parse_time, resolve
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="diagnose", description=__doc__.split("\n\n")[0])
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--replay", metavar="FILE", help="a trace (.om or .om.gz, contract section 3)")
-    src.add_argument("--prometheus", metavar="URL", help="a Prometheus HTTP API (not in this version yet)")
+    src.add_argument("--prometheus", metavar="URL", default=os.environ.get("GPUNET_PROMETHEUS_URL"),
+                     help="a Prometheus HTTP API: Prometheus, VictoriaMetrics, Thanos, Mimir... "
+                          "(default $GPUNET_PROMETHEUS_URL)")
     p.add_argument("--since", help="window length ending at --end (or the trace's last sample), e.g. 1h")
     p.add_argument("--start", help="window start, RFC 3339 or Unix seconds")
     p.add_argument("--end", help="window end, RFC 3339 or Unix seconds")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--bearer-token-file", help="file holding a bearer token for --prometheus")
+    p.add_argument("--basic-auth-user", help="basic auth user (password from $GPUNET_PROMETHEUS_PASSWORD)")
+    p.add_argument("--ca-file", help="CA certificate(s) to verify the server")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
     p.add_argument("--fail-on-findings", action="store_true", help="exit 3 when something was found")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.prometheus:
-        print("diagnose: --prometheus is not built yet (issue 5); export a trace with `gpunet-trace export` "
-              "and use --replay", file=sys.stderr)
+    if not args.replay and not args.prometheus:
+        print("diagnose: give --replay FILE or --prometheus URL (or set GPUNET_PROMETHEUS_URL)", file=sys.stderr)
         return 2
+    progress = (lambda m: print(f"diagnose: {m}", file=sys.stderr))
     try:
-        since = parse_duration(args.since) if args.since else None
-        start = parse_time(args.start) if args.start else None
-        end = parse_time(args.end) if args.end else None
-        frame = frame_from_trace(args.replay, since, start, end,
-                                 warn=lambda m: print(f"diagnose: warning: {m}", file=sys.stderr))
-    except (TraceError, ValueError) as e:
+        if args.replay:
+            since = parse_duration(args.since) if args.since else None
+            start = parse_time(args.start) if args.start else None
+            end = parse_time(args.end) if args.end else None
+            frame = frame_from_trace(args.replay, since, start, end, warn=lambda m: progress(f"warning: {m}"))
+        else:
+            start, end = resolve(args.since, args.start, args.end)
+            auth = Auth(bearer_token=Path(args.bearer_token_file).read_text().strip() if args.bearer_token_file
+                        else None, username=args.basic_auth_user,
+                        password=os.environ.get("GPUNET_PROMETHEUS_PASSWORD"), ca_file=args.ca_file)
+
+            async def read() -> object:
+                async with PrometheusClient(args.prometheus, auth, timeout=args.timeout) as client:
+                    return await frame_from_prometheus(client, start, end, progress)
+
+            frame = asyncio.run(read())
+    except (TraceError, PromError, ValueError, OSError) as e:
         print(f"diagnose: {e}", file=sys.stderr)
         return 1
     features = compute(frame)

@@ -38,15 +38,18 @@ def compute(frame: Frame) -> Features:
     window = n.index.get_level_values("window")
     nic = frame.nic
     fabric = nic[nic["fabric"].astype(bool)] if len(nic) else nic
-    fabric_count = fabric.groupby(level=["instance", "window"]).size() if len(fabric) else pd.Series(dtype=float)
-    n["fabric_nics"] = fabric_count.reindex(n.index).fillna(0)
 
     gpu_time = n["busy"] + n[[f"idle_{s}" for s in STATES]].sum(axis=1, min_count=1)
     f = pd.DataFrame(index=n.index)
     f["gpus"] = n["gpus"]
     f["gpu_time"] = gpu_time
     with np.errstate(all="ignore"):
-        f["idle_frac"] = 1 - n["busy"] / gpu_time
+        # busy + idle must add up to GPUs x window; where it does not (an exporter restart,
+        # missing scrapes) the node's split is incomplete and is not compared with peers.
+        coverage = gpu_time / (n["gpus"] * step)
+        complete = (coverage > 0.5) & (coverage < 1.5)
+        f["coverage"] = coverage
+        f["idle_frac"] = (1 - n["busy"] / gpu_time).where(complete | n["gpus"].isna())
         for s in STATES:
             f[f"idle_{s}_frac"] = n[f"idle_{s}"] / gpu_time
         f["util"] = np.maximum(n["tx_bytes"], n["rx_bytes"]) / n["capacity"]

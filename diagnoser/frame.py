@@ -23,6 +23,7 @@ NODE_COLUMNS = (
     "rdma_loss", "discards", "tcp_retrans", "tcp_sent", "carrier_changes", "nics_down",
     "state_paused", "state_saturated", "state_active", "state_quiet",
     "other_bytes", "other_capacity",  # NICs outside the training fabric (management, storage)
+    "fabric_nics",
 )
 NIC_COLUMNS = ("fabric", "speed", "up", "tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "ecn",
                "cnp_sent", "cnp_received", "rdma_loss", "discards", "carrier_changes")
@@ -104,6 +105,7 @@ def _sum_known(rows: np.ndarray) -> np.ndarray:
 def choose_step(start: float, end: float, scrape_interval: float) -> float:
     """Windows of at least 4 scrapes (rates need several samples) and 20 s, and at most
     ~240 windows in the whole range."""
+    scrape_interval = round(scrape_interval)  # jitter and the estimate's method must not move windows
     step = max(20.0, 4 * scrape_interval, (end - start) / 240)
     return float(np.ceil(step / 5.0) * 5.0)
 
@@ -226,6 +228,7 @@ class FrameBuilder:
                     cols[col] = _sum_known(np.vstack([r[col] for r in fabric]))
                 cols["capacity"] = _sum_known(np.vstack([r["speed"] for r in fabric])) * self.step
                 cols["nics_down"] = np.nansum(np.vstack([r["up"] for r in fabric]) == 0, axis=0).astype(float)
+                cols["fabric_nics"] = np.full(self.n, float(len(fabric)))
             other = [r for (inst, _), r in nic_rows.items() if inst == instance and not r["fabric"][0]]
             if other:
                 cols["other_bytes"] = _sum_known(np.vstack([np.fmax(r["tx_bytes"], r["rx_bytes"]) for r in other]))

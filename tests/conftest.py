@@ -1,4 +1,6 @@
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,3 +29,63 @@ def node_copy(tmp_path):
         return dest
 
     return copy
+
+
+@pytest.fixture
+def served(tmp_path):
+    """Load a trace into a real Prometheus (gpunet-trace load) and serve it; returns the URL."""
+    from gpunet.trace_cli import prometheus_command
+    from procs import REPO, Process, free_port, http_get, wait_for
+
+    procs = []
+
+    def serve(trace: Path) -> str:
+        data = tmp_path / f"{trace.name}.tsdb"
+        result = subprocess.run([sys.executable, "-m", "gpunet.trace_cli", "load", str(trace), "--data", str(data)],
+                                cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        port = free_port()
+        proc = Process(prometheus_command(data, f"127.0.0.1:{port}"), tmp_path / f"prom-{port}.log")
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: http_get(url + "/-/ready")[0] == 200, what="prometheus ready")
+        return url
+
+    yield serve
+    for p in procs:
+        p.stop()
+
+
+@pytest.fixture
+def victoria(tmp_path):
+    """Import a trace into a real VictoriaMetrics; returns the URL."""
+    import gzip
+    import urllib.request
+
+    from procs import Process, free_port, http_get, wait_for
+
+    procs = []
+
+    def serve(trace: Path) -> str:
+        port = free_port()
+        data = tmp_path / f"vm-{port}"
+        proc = Process(["victoria-metrics", f"-storageDataPath={data}", f"-httpListenAddr=127.0.0.1:{port}",
+                        "-retentionPeriod=100y"], tmp_path / f"vm-{port}.log")
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: http_get(url + "/health")[0] == 200, what="victoria-metrics ready")
+        # Prometheus text format wants milliseconds; a trace holds seconds.
+        lines = []
+        with gzip.open(trace, "rt") as f:
+            for line in f:
+                if not line.startswith("#"):
+                    series, value, ts = line.rsplit(" ", 2)
+                    lines.append(f"{series} {value} {int(round(float(ts) * 1000))}\n")
+        urllib.request.urlopen(urllib.request.Request(url + "/api/v1/import/prometheus",
+                                                      data="".join(lines).encode(), method="POST"), timeout=60)
+        urllib.request.urlopen(url + "/internal/force_flush", timeout=30)
+        return url
+
+    yield serve
+    for p in procs:
+        p.stop()

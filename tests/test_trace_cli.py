@@ -58,26 +58,6 @@ def small_trace(path: Path, nodes: int = 3, minutes: int = 30, seed: int = 7) ->
     write_series(path, series)
 
 
-@pytest.fixture
-def served(tmp_path):
-    procs = []
-
-    def serve(trace: Path) -> str:
-        data = tmp_path / f"{trace.name}.tsdb"
-        result = gpunet_trace("load", str(trace), "--data", str(data))
-        assert result.returncode == 0, result.stderr
-        port = free_port()
-        proc = Process(prometheus_command(data, f"127.0.0.1:{port}"), tmp_path / f"prom-{port}.log")
-        procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: http_get(url + "/-/ready")[0] == 200, what="prometheus ready")
-        return url
-
-    yield serve
-    for p in procs:
-        p.stop()
-
-
 def series_count(url: str, start: float, end: float) -> int:
     q = urllib.parse.urlencode({"match[]": '{__name__=~"gpunet_.*"}', "start": start, "end": end})
     return len(json.loads(http_get(f"{url}/api/v1/series?{q}")[2])["data"])

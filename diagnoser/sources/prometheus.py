@@ -1,0 +1,234 @@
+"""The tidy frame from any engine serving the Prometheus HTTP API, aggregated by the server.
+
+The server does the work: one `increase()`/`avg_over_time()` range query per column,
+summed by instance (and joined with the fabric NICs) in PromQL, evaluated once per window.
+Queries are split by node group and by time and run concurrently. Only the NICs of
+suspect nodes (pauses, loss, flaps, a slow or down link) are then read per device. Never
+is every raw series of the cluster pulled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Callable
+
+import numpy as np
+
+from diagnoser.frame import FINE, NIC_COUNTERS, Frame, assemble, choose_step
+from gpunet import contract as c
+from gpunet.promapi import PromError, PrometheusClient
+
+NODE_GROUP = 200  # instances per query: keeps each answer a few MB on a 1000-node cluster
+WINDOWS_PER_QUERY = 120  # time split: windows per range query
+MAX_SUSPECTS = 64
+
+
+# Every increase() is kept only where its series existed a window earlier: at a series'
+# first window MetricsQL engines count the whole counter value as increase, Prometheus
+# extrapolates; neither is a rate. (`x and x offset w` works in both.)
+
+
+def _regex_escape(value: str) -> str:
+    return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", value)
+
+
+class _Queries:
+    def __init__(self, client: PrometheusClient, start: float, end: float, step: float, windows: np.ndarray,
+                 instances: list[str], progress: Callable[[str], None]):
+        self.client, self.start, self.end, self.step = client, start, end, step
+        self.windows, self.instances, self.progress = windows, instances, progress
+        self.index = {w: i for i, w in enumerate(np.round(windows + step, 3))}
+
+    async def by(self, template: str, labels: tuple[str, ...], instances: list[str] | None = None,
+                 step: float | None = None, windows: np.ndarray | None = None) -> dict[tuple, np.ndarray]:
+        """Run `template` (with $M: the instance matcher, $S: the window in seconds) over
+        every window; {labels -> one value per window}."""
+        step = step or self.step
+        windows = self.windows if windows is None else windows
+        index = {round(w + step, 3): i for i, w in enumerate(windows)}
+        groups = [None] if instances is None and len(self.instances) <= NODE_GROUP else [
+            (instances or self.instances)[i:i + NODE_GROUP]
+            for i in range(0, len(instances or self.instances), NODE_GROUP)]
+        jobs = []
+        for group in groups:
+            matcher = "" if group is None else 'instance=~"' + "|".join(_regex_escape(i) for i in group) + '"'
+            expr = template.replace("$M", matcher).replace("$S", f"{int(round(step))}s")
+            for k in range(0, len(windows), WINDOWS_PER_QUERY):
+                chunk = windows[k:k + WINDOWS_PER_QUERY]
+                jobs.append(self.client.query_range(expr, float(chunk[0] + step), float(chunk[-1] + step), step))
+        out: dict[tuple, np.ndarray] = {}
+        for result in await asyncio.gather(*jobs):
+            for series in result.get("result", []):
+                key = tuple(series["metric"].get(l, "") for l in labels)
+                row = out.setdefault(key, np.full(len(windows), np.nan))
+                for t, value in series.get("values", []):
+                    i = index.get(round(float(t), 3))
+                    if i is not None:
+                        row[i] = float(value)
+        return out
+
+
+async def _fabric_selector(client: PrometheusClient, start: float, end: float) -> tuple[str, str]:
+    """PromQL for the fabric NICs (labels instance, device), and how it was chosen."""
+    names = set(await client.label_values("__name__", ['{__name__=~"gpunet_nic_(fabric|info)"}'], start, end))
+    if c.NIC_FABRIC.name in names:
+        return f"max by (instance, device) (last_over_time({c.NIC_FABRIC.name}{{$M}}[$S]) == 1)", "gpunet_nic_fabric"
+    rdma = await client.series([f'{c.NIC_INFO.name}{{rdma_device!=""}}'], start, end)
+    if rdma:
+        return f'max by (instance, device) (last_over_time({c.NIC_INFO.name}{{rdma_device!="",$M}}[$S]))', \
+            "NICs with an RDMA device"
+    # Neither: a TCP job. Its data NIC is the one that moved the most bytes (the management
+    # NIC carries scrapes); the same rule as for a trace.
+    moved = await client.query(
+        f"topk by (instance) (1, increase({c.NIC_TRANSMIT_BYTES.name}[{int(end - start)}s]) + ignoring() "
+        f"increase({c.NIC_RECEIVE_BYTES.name}[{int(end - start)}s]))", end)
+    devices = sorted({r["metric"].get("device", "") for r in moved.get("result", [])} - {""})
+    if not devices:
+        return "", "all NICs (no RDMA device, no gpunet_nic_fabric)"
+    pattern = "|".join(_regex_escape(d) for d in devices)
+    return (f'count by (instance, device) (last_over_time({c.NIC_TRANSMIT_BYTES.name}{{device=~"{pattern}",$M}}[$S]))',
+            f"the busiest NIC of each node ({', '.join(devices[:4])})")
+
+
+async def frame_from_prometheus(client: PrometheusClient, start: float, end: float,
+                                progress: Callable[[str], None] = lambda m: None) -> Frame:
+    instances = sorted(await client.label_values("instance", ['{__name__=~"gpunet_.*"}'], start, end))
+    if not instances:
+        raise PromError(f"{client.url}: no gpunet series between {start:.0f} and {end:.0f}")
+    # The scrape interval: samples of one counter over the window, per instance.
+    counts = await client.query(f"count_over_time({c.TCP_SENT.name}[{int(end - start)}s])", end)
+    per = [float(r["value"][1]) for r in counts.get("result", []) if float(r["value"][1]) > 1]
+    scrape = (end - start) / float(np.median(per)) if per else 15.0
+    step = choose_step(start, end, scrape)
+    windows = np.arange(start, end - step * 0.001, step)
+    if not len(windows):
+        windows = np.array([start])
+    q = _Queries(client, start, end, step, windows, instances, progress)
+    fabric, fabric_how = await _fabric_selector(client, start, end)
+    progress(f"{len(instances)} nodes, {len(windows)} windows of {step:.0f}s, fabric: {fabric_how}")
+
+    def on_fabric(inner: str, keep: bool = True) -> str:
+        if not fabric:
+            return inner if keep else f"({inner}) unless on() vector(1)"
+        return f"({inner}) * on (instance, device) group_left () ({fabric})" if keep else \
+            f"({inner}) unless on (instance, device) ({fabric})"
+
+    node_queries: dict[str, tuple[str, tuple[str, ...]]] = {
+        "busy": (f"sum by (instance) ((increase({c.GPU_BUSY_SECONDS.name}{{$M}}[$S]) and {c.GPU_BUSY_SECONDS.name}{{$M}} offset $S))", ("instance",)),
+        "idle": (f"sum by (instance, network_state) ((increase({c.GPU_IDLE_SECONDS.name}{{$M}}[$S]) and {c.GPU_IDLE_SECONDS.name}{{$M}} offset $S))",
+                 ("instance", "network_state")),
+        "throttled": (f"sum by (instance) (max by (instance, gpu) "
+                      f"((increase({c.GPU_THROTTLED_SECONDS.name}{{$M}}[$S]) and {c.GPU_THROTTLED_SECONDS.name}{{$M}} offset $S)))", ("instance",)),
+        "gpus": (f"count by (instance) (last_over_time({c.GPU_BUSY_SECONDS.name}{{$M}}[$S]))", ("instance",)),
+        "sm_clock": (f"avg by (instance) (avg_over_time({c.GPU_SM_CLOCK.name}{{$M}}[$S]))", ("instance",)),
+        "tcp_retrans": (f"sum by (instance) ((increase({c.TCP_RETRANSMITTED.name}{{$M}}[$S]) and {c.TCP_RETRANSMITTED.name}{{$M}} offset $S))", ("instance",)),
+        "tcp_sent": (f"sum by (instance) ((increase({c.TCP_SENT.name}{{$M}}[$S]) and {c.TCP_SENT.name}{{$M}} offset $S))", ("instance",)),
+        "state": (f"sum by (instance, network_state) "
+                  f"((increase({c.NODE_NETWORK_STATE_SECONDS.name}{{$M}}[$S]) and {c.NODE_NETWORK_STATE_SECONDS.name}{{$M}} offset $S))", ("instance", "network_state")),
+        "pfc_tx": ("sum by (instance) (" + on_fabric(
+            f'(increase({c.NIC_PFC_PAUSE_FRAMES.name}{{direction="transmit",$M}}[$S]) and {c.NIC_PFC_PAUSE_FRAMES.name}{{direction="transmit",$M}} offset $S)') + ")", ("instance",)),
+        "pfc_rx": ("sum by (instance) (" + on_fabric(
+            f'(increase({c.NIC_PFC_PAUSE_FRAMES.name}{{direction="receive",$M}}[$S]) and {c.NIC_PFC_PAUSE_FRAMES.name}{{direction="receive",$M}} offset $S)') + ")", ("instance",)),
+        "speed": ("sum by (instance) (" + on_fabric(f"avg_over_time({c.NIC_LINK_SPEED.name}{{$M}}[$S])") + ")",
+                  ("instance",)),
+        "nics_down": ("count by (instance) ((" + on_fabric(f"min_over_time({c.NIC_UP.name}{{$M}}[$S])") +
+                      ") == 0)", ("instance",)),
+        "fabric_nics": (f"count by (instance) ({fabric or 'last_over_time(' + c.NIC_UP.name + '{$M}[$S])'})",
+                        ("instance",)),
+        "other_bytes": ("sum by (instance) (" + on_fabric(
+            f"(increase({c.NIC_TRANSMIT_BYTES.name}{{$M}}[$S]) and {c.NIC_TRANSMIT_BYTES.name}{{$M}} offset $S)", keep=False) + ")", ("instance",)),
+        "other_speed": ("sum by (instance) (" + on_fabric(
+            f"avg_over_time({c.NIC_LINK_SPEED.name}{{$M}}[$S])", keep=False) + ")", ("instance",)),
+    }
+    for metric, column in NIC_COUNTERS.items():
+        node_queries[column] = ("sum by (instance) (" + on_fabric(f"(increase({metric}{{$M}}[$S]) and {metric}{{$M}} offset $S)") + ")",
+                                ("instance",))
+    names = list(node_queries)
+    results = await asyncio.gather(*(q.by(*node_queries[n]) for n in names))
+    progress(f"{client.requests} queries for the node frame")
+    answers = dict(zip(names, results))
+    nan = np.full(len(windows), np.nan)
+    node_cols: dict[str, dict[str, np.ndarray]] = {i: {} for i in instances}
+    for name, series in answers.items():
+        for key, values in series.items():
+            instance = key[0]
+            if instance not in node_cols:
+                continue
+            if name in ("idle", "state"):
+                prefix = "idle_" if name == "idle" else "state_"
+                if key[1] in c.NETWORK_STATES:
+                    node_cols[instance][prefix + key[1]] = values
+            elif name == "speed":
+                node_cols[instance]["capacity"] = values * step
+            elif name == "other_speed":
+                node_cols[instance]["other_capacity"] = values * step
+            else:
+                node_cols[instance][name] = values
+    has_gpus = bool(answers["busy"])
+    for cols in node_cols.values():
+        if "nics_down" not in cols and "capacity" in cols:
+            cols["nics_down"] = np.where(np.isfinite(cols["capacity"]), 0.0, np.nan)  # none matched == 0
+
+    # Peers' link speed, per window, over every fabric NIC of the cluster.
+    median = await q.by("quantile(0.5, " + on_fabric(f"avg_over_time({c.NIC_LINK_SPEED.name}{{$M}}[$S])") + ")",
+                        ())
+    speed_median = next(iter(median.values()), nan.copy())
+
+    # Finer grain for the cluster's GPU time (sustained vs brief stalls).
+    fine_step = step / FINE
+    fine_windows = np.arange(start, start + len(windows) * step - fine_step * 0.001, fine_step)
+    fine_busy, fine_idle = await asyncio.gather(
+        q.by(f"sum((increase({c.GPU_BUSY_SECONDS.name}{{$M}}[$S]) and {c.GPU_BUSY_SECONDS.name}{{$M}} offset $S))", (), step=fine_step, windows=fine_windows),
+        q.by(f"sum by (network_state) ((increase({c.GPU_IDLE_SECONDS.name}{{$M}}[$S]) and {c.GPU_IDLE_SECONDS.name}{{$M}} offset $S))", ("network_state",),
+             step=fine_step, windows=fine_windows))
+    import pandas as pd
+    fine_cols = {"busy": next(iter(fine_busy.values()), np.full(len(fine_windows), np.nan))}
+    for (state,), values in fine_idle.items():
+        fine_cols[f"idle_{state}"] = values
+    fine = pd.DataFrame(fine_cols, index=pd.Index(fine_windows, name="window")) if has_gpus else pd.DataFrame()
+
+    # Drill down to the NICs of suspect nodes only.
+    suspects = _suspects(node_cols, step)
+    nic_rows: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+    if suspects:
+        progress(f"drilling down into the NICs of {len(suspects)} suspect nodes")
+        nic_queries = {
+            "speed": f"avg_over_time({c.NIC_LINK_SPEED.name}{{$M}}[$S])",
+            "up": f"min_over_time({c.NIC_UP.name}{{$M}}[$S])",
+            "pfc_tx": f'sum by (instance, device) ((increase({c.NIC_PFC_PAUSE_FRAMES.name}{{direction="transmit",$M}}[$S]) and {c.NIC_PFC_PAUSE_FRAMES.name}{{direction="transmit",$M}} offset $S))',
+            "pfc_rx": f'sum by (instance, device) ((increase({c.NIC_PFC_PAUSE_FRAMES.name}{{direction="receive",$M}}[$S]) and {c.NIC_PFC_PAUSE_FRAMES.name}{{direction="receive",$M}} offset $S))',
+            "rdma_loss": f"sum by (instance, device) ((increase({c.NIC_RDMA_LOSS_EVENTS.name}{{$M}}[$S]) and {c.NIC_RDMA_LOSS_EVENTS.name}{{$M}} offset $S))",
+            "carrier_changes": f"(increase({c.NIC_CARRIER_CHANGES.name}{{$M}}[$S]) and {c.NIC_CARRIER_CHANGES.name}{{$M}} offset $S)",
+            "tx_bytes": f"(increase({c.NIC_TRANSMIT_BYTES.name}{{$M}}[$S]) and {c.NIC_TRANSMIT_BYTES.name}{{$M}} offset $S)",
+            "rx_bytes": f"(increase({c.NIC_RECEIVE_BYTES.name}{{$M}}[$S]) and {c.NIC_RECEIVE_BYTES.name}{{$M}} offset $S)",
+        }
+        keys = list(nic_queries)
+        per_device = await asyncio.gather(*(q.by(on_fabric(nic_queries[k]), ("instance", "device"), suspects)
+                                            for k in keys))
+        for column, series in zip(keys, per_device):
+            for key, values in series.items():
+                nic_rows.setdefault(key, {"fabric": np.full(len(windows), True)})[column] = values
+    progress(f"{client.requests} queries in all")
+    return assemble(f"prometheus:{client.url}", start, end, step, scrape, windows, node_cols, nic_rows, has_gpus,
+                    fine, speed_median, [])
+
+
+def _suspects(node_cols: dict[str, dict[str, np.ndarray]], step: float) -> list[str]:
+    """Nodes whose NICs deserve a look: pauses sent, loss, flaps, a link down, less
+    capacity than their peers. Ranked by how far they stand out; at most MAX_SUSPECTS."""
+    capacity = {i: c["capacity"] for i, c in node_cols.items() if "capacity" in c}
+    with np.errstate(all="ignore"):
+        median_capacity = np.nanmedian(np.vstack(list(capacity.values())), axis=0) if capacity else None
+    scores = {}
+    for instance, cols in node_cols.items():
+        score = 0.0
+        score += np.nanmax(cols.get("pfc_tx", [0])) / step / 100.0
+        score += np.nanmax(cols.get("rdma_loss", [0])) / step
+        score += 10.0 * np.nanmax(cols.get("carrier_changes", [0]))
+        score += 10.0 * np.nanmax(cols.get("nics_down", [0]))
+        if instance in capacity and np.any(capacity[instance] < 0.9 * median_capacity):
+            score += 10.0  # some window with less link capacity than its peers: a slower or lost link
+        if np.isfinite(score) and score >= 1.0:
+            scores[instance] = score
+    return sorted(scores, key=lambda i: -scores[i])[:MAX_SUSPECTS]

@@ -1,0 +1,70 @@
+"""The same findings from --replay FILE and from real Prometheus and VictoriaMetrics servers
+loaded with the same trace: the server-side PromQL path agrees with the file path."""
+
+import json
+import shutil
+
+import pytest
+
+from test_diagnoser import TRACES, diagnose
+from test_trace_cli import read_samples
+
+pytestmark = pytest.mark.prometheus
+
+
+def findings(*args: str) -> tuple[dict, list[tuple]]:
+    result = diagnose(*args, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    return doc, sorted((f["class"], tuple(sorted(f["nodes"])), f["start"], f["end"]) for f in doc["findings"])
+
+
+def same(replay: list[tuple], served: list[tuple], tolerance: float) -> bool:
+    """Same classes at the same times (an edge may move by a window or two: increase()
+    extrapolates on the server), naming the same culprits (a borderline neighbour may
+    differ: the named sets must share the worst node)."""
+    if [c for c, _, _, _ in replay] != [c for c, _, _, _ in served]:
+        return False
+    for a, b in zip(replay, served):
+        if bool(a[1]) != bool(b[1]) or (a[1] and not set(a[1]) & set(b[1])):
+            return False
+        if abs(a[2] - b[2]) > tolerance or abs(a[3] - b[3]) > tolerance:
+            return False
+    return True
+
+
+def window(trace):
+    stamps = [t for _, t, _ in read_samples(trace)]
+    return f"{min(stamps):.3f}", f"{max(stamps):.3f}"
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+@pytest.mark.parametrize("trace", TRACES, ids=[t.name for t in TRACES])
+def test_prometheus_gives_the_replays_findings(trace, served):
+    start, end = window(trace)
+    doc, from_file = findings("--replay", str(trace))
+    _, from_server = findings("--prometheus", served(trace), "--start", start, "--end", end)
+    # Windows start at the same time; an edge may move by one window (increase() extrapolates).
+    assert same(from_file, from_server, tolerance=260), (from_file, from_server)
+
+
+VM_TRACES = [t for t in TRACES if t.name in ("pfc_storm.om.gz", "two_incidents.om.gz", "link_degraded_flap.om.gz",
+                                              "packet_loss_tcp.om.gz", "healthy_confounders.om.gz",
+                                              "real-loss.om.gz")]
+
+
+@pytest.mark.skipif(shutil.which("victoria-metrics") is None, reason="victoria-metrics not installed")
+@pytest.mark.parametrize("trace", VM_TRACES, ids=[t.name for t in VM_TRACES])
+def test_victoriametrics_gives_the_replays_findings(trace, victoria):
+    start, end = window(trace)
+    _, from_file = findings("--replay", str(trace))
+    _, from_server = findings("--prometheus", victoria(trace), "--start", start, "--end", end)
+    assert same(from_file, from_server, tolerance=260), (from_file, from_server)
+
+
+def test_unreachable_prometheus_is_one_line():
+    from procs import free_port
+    result = diagnose("--prometheus", f"http://admin:hunter2@127.0.0.1:{free_port()}", "--since", "1h")
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and "cannot connect" in result.stderr
+    assert "hunter2" not in result.stderr
