@@ -20,7 +20,7 @@ from pathlib import Path
 from diagnoser.classify import classify
 from diagnoser.evaluate import Score, labels_of
 from diagnoser.features import compute
-from diagnoser.incidents import merge, periodic_stalls
+from diagnoser.incidents import absorb_symptoms, merge, periodic_stalls
 from diagnoser.report import to_json
 from diagnoser.sources.replay import frame_from_trace
 
@@ -28,7 +28,8 @@ from diagnoser.sources.replay import frame_from_trace
 def diagnose(trace: Path) -> list[dict]:
     frame = frame_from_trace(trace)
     features = compute(frame)
-    incidents, _ = periodic_stalls(merge(classify(features), frame.step), frame.step)
+    incidents, _ = periodic_stalls(
+        absorb_symptoms(merge(classify(features), frame.step), frame.step), frame.step)
     return to_json(features, incidents, [])["findings"]
 
 

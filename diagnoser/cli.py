@@ -14,7 +14,7 @@ from pathlib import Path
 
 from diagnoser.classify import classify
 from diagnoser.features import compute
-from diagnoser.incidents import merge, periodic_stalls
+from diagnoser.incidents import absorb_symptoms, merge, periodic_stalls
 from diagnoser.report import dumps, to_json, to_text
 from diagnoser.sources.replay import TraceError, frame_from_trace
 from diagnoser.sources.prometheus import frame_from_prometheus
@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"diagnose: {e}", file=sys.stderr)
         return 1
     features = compute(frame)
-    incidents, stalls = periodic_stalls(merge(classify(features), frame.step), frame.step)
+    incidents, stalls = periodic_stalls(
+        absorb_symptoms(merge(classify(features), frame.step), frame.step), frame.step)
     notes = []
     if stalls:
         notes.append(f"{len(stalls)} brief, periodic GPU stalls with a quiet network (checkpoints?) were left out")

@@ -93,3 +93,22 @@ def periodic_stalls(incidents: list[Incident], step: float) -> tuple[list[Incide
     if mean <= 0 or spread > 0.35 * mean:
         return incidents, []
     return [i for i in incidents if i not in short], short
+
+
+# A finding whose signal a root cause produces at its edges (a window half inside a storm
+# shows its pauses without the storm's full rate) is that cause's symptom, not a second one.
+EXPLAINED_BY = {"network_congestion": {"pfc_storm", "packet_loss", "link_degraded"},
+                "straggler": {"gpu_throttle", "link_degraded"},
+                "host_bound": {"link_degraded", "pfc_storm", "packet_loss"},
+                "network_bandwidth": {"link_degraded", "straggler", "gpu_throttle"}}
+
+
+def absorb_symptoms(incidents: list[Incident], step: float) -> list[Incident]:
+    kept = []
+    for a in incidents:
+        causes = EXPLAINED_BY.get(a.cls, set())
+        if any(b.cls in causes and b.start - step <= a.start + 1e-6 and a.end <= b.end + step + 1e-6
+               for b in incidents if b is not a):
+            continue
+        kept.append(a)
+    return kept
