@@ -75,7 +75,7 @@ class Baseline:
     idle_quiet_frac: float
     ecn_per_gb: float
     retrans_ratio: float
-    other_rate: float
+    other_util: float
 
 
 def baseline(f: Features) -> Baseline:
@@ -88,7 +88,7 @@ def baseline(f: Features) -> Baseline:
         return float(np.quantile(values, 0.2)) if len(values) else float("nan")
 
     return Baseline(q("idle_frac"), q("idle_saturated_frac"), q("idle_quiet_frac"), q("ecn_per_gb"),
-                    q("retrans_ratio"), q("other_rate"))
+                    q("retrans_ratio"), q("other_util_median"))
 
 
 def _top(series: pd.Series, mask: pd.Series) -> list[str]:
@@ -216,8 +216,9 @@ def classify(f: Features) -> list[WindowFinding]:
             quiet_rise = g["idle_quiet_frac"] - base.idle_quiet_frac
             if impact and quiet_rise >= QUIET_RISE and quiet_rise >= QUIET_SHARE * excess \
                     and not found.keys() & {"straggler", "gpu_throttle"}:
+                # (the median node: a backup on a few nodes moves no median, a checkpoint does)
                 checkpoint = np.nan_to_num(g["other_util_median"]) >= CHECKPOINT_OTHER_UTIL and \
-                    np.nan_to_num(g["other_rate"]) >= CHECKPOINT_RISE * np.nan_to_num(base.other_rate)
+                    np.nan_to_num(g["other_util_median"]) >= CHECKPOINT_RISE * np.nan_to_num(base.other_util)
                 cause = next((c for c in ("pfc_storm", "link_degraded", "packet_loss") if c in found), None)
                 if cause is not None:
                     # A stalled fabric also leaves GPUs idle with nothing on the wire: that is
