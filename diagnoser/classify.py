@@ -102,7 +102,6 @@ def classify(f: Features) -> list[WindowFinding]:
     suppressed: list[WindowFinding] = []
     node = f.node
     nic = f.nic
-    step = f.frame.step
     # NICs that ever carried traffic or were ever up: a spare port down all along is not a fault.
     if len(nic):
         used = nic.groupby(level=["instance", "device"]).agg(bytes=("bytes", "sum"), up=("up", "max"))

@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import os
 import sys
-from pathlib import Path
 
 from diagnoser.classify import classify
 from diagnoser.features import compute
@@ -18,7 +17,7 @@ from diagnoser.incidents import absorb_symptoms, merge, periodic_stalls
 from diagnoser.report import dumps, to_json, to_text
 from diagnoser.sources.replay import TraceError, frame_from_trace
 from diagnoser.sources.prometheus import frame_from_prometheus
-from gpunet.promapi import Auth, PromError, PrometheusClient
+from gpunet.promapi import PromError, add_connection_arguments, client_from_arguments
 from gpunet.window import parse_duration, parse_time, resolve
 
 
@@ -33,10 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start", help="window start, RFC 3339 or Unix seconds")
     p.add_argument("--end", help="window end, RFC 3339 or Unix seconds")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
-    p.add_argument("--bearer-token-file", help="file holding a bearer token for --prometheus")
-    p.add_argument("--basic-auth-user", help="basic auth user (password from $GPUNET_PROMETHEUS_PASSWORD)")
-    p.add_argument("--ca-file", help="CA certificate(s) to verify the server")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+    add_connection_arguments(p)
     p.add_argument("--fail-on-findings", action="store_true", help="exit 3 when something was found")
     return p
 
@@ -55,12 +51,9 @@ def main(argv: list[str] | None = None) -> int:
             frame = frame_from_trace(args.replay, since, start, end, warn=lambda m: progress(f"warning: {m}"))
         else:
             start, end = resolve(args.since, args.start, args.end)
-            auth = Auth(bearer_token=Path(args.bearer_token_file).read_text().strip() if args.bearer_token_file
-                        else None, username=args.basic_auth_user,
-                        password=os.environ.get("GPUNET_PROMETHEUS_PASSWORD"), ca_file=args.ca_file)
 
             async def read() -> object:
-                async with PrometheusClient(args.prometheus, auth, timeout=args.timeout) as client:
+                async with client_from_arguments(args.prometheus, args) as client:
                     return await frame_from_prometheus(client, start, end, progress)
 
             frame = asyncio.run(read())

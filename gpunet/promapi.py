@@ -122,3 +122,21 @@ class PrometheusClient:
             return await self._get("/api/v1/metadata", [], "GET")  # type: ignore
         except PromError:
             return {}  # not every engine serves metadata: types then come from the contract
+
+
+def add_connection_arguments(parser) -> None:
+    """The flags every command that talks to a Prometheus API takes, spelled once."""
+    parser.add_argument("--bearer-token-file", help="file holding a bearer token for the Prometheus API")
+    parser.add_argument("--basic-auth-user", help="basic auth user (password from $GPUNET_PROMETHEUS_PASSWORD)")
+    parser.add_argument("--ca-file", help="CA certificate(s) to verify the server")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+
+
+def client_from_arguments(url: str, args) -> PrometheusClient:
+    import os
+    from pathlib import Path
+
+    token = Path(args.bearer_token_file).read_text().strip() if args.bearer_token_file else None
+    auth = Auth(bearer_token=token, username=args.basic_auth_user,
+                password=os.environ.get("GPUNET_PROMETHEUS_PASSWORD"), ca_file=args.ca_file)
+    return PrometheusClient(url, auth, timeout=args.timeout)

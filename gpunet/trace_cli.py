@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from gpunet.contract import BY_NAME
-from gpunet.promapi import Auth, PromError, PrometheusClient
+from gpunet.promapi import PromError, PrometheusClient, add_connection_arguments, client_from_arguments
 from gpunet.trace import TraceWriter
 from gpunet.window import resolve, rfc3339
 
@@ -146,10 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--start", help="window start, RFC 3339 or Unix seconds")
     e.add_argument("--end", help="window end, RFC 3339 or Unix seconds (default now)")
     e.add_argument("--match", help='series selector to narrow the export, e.g. \'{job="gpunet"}\'')
-    e.add_argument("--bearer-token-file", help="file holding a bearer token")
-    e.add_argument("--basic-auth-user", help="basic auth user (password from $GPUNET_PROMETHEUS_PASSWORD)")
-    e.add_argument("--ca-file", help="CA certificate(s) to verify the server")
-    e.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+    add_connection_arguments(e)
     lo = sub.add_parser("load", help="backfill a trace into a Prometheus data folder")
     lo.add_argument("trace")
     lo.add_argument("--data", help="data folder (default: TRACE name + .tsdb in the current folder)")
@@ -165,12 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             if not args.prometheus:
                 raise ValueError("give --prometheus URL (or set GPUNET_PROMETHEUS_URL)")
             start, end = resolve(args.since, args.start, args.end)
-            auth = Auth(bearer_token=Path(args.bearer_token_file).read_text().strip() if args.bearer_token_file
-                        else None, username=args.basic_auth_user,
-                        password=os.environ.get("GPUNET_PROMETHEUS_PASSWORD"), ca_file=args.ca_file)
 
             async def run() -> int:
-                async with PrometheusClient(args.prometheus, auth, timeout=args.timeout) as client:
+                async with client_from_arguments(args.prometheus, args) as client:
                     return await export(client, Path(args.out), start, end, args.match,
                                         progress=lambda m: print(m, file=sys.stderr))
 

@@ -6,7 +6,6 @@ import time
 
 import pytest
 
-from conftest import FIXTURES
 from exporter.readers.nvml import reasons_from_mask
 from exporter_harness import Node
 from test_fixture_nodes import ethtool, set_ethtool

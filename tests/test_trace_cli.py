@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpunet.trace import write_series
-from gpunet.trace_cli import prometheus_command
-from procs import REPO, Process, free_port, http_get, wait_for
+from procs import REPO, free_port, http_get
 
 pytestmark = [pytest.mark.prometheus,
               pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
