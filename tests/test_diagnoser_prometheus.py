@@ -2,6 +2,7 @@
 loaded with the same trace: the server-side PromQL path agrees with the file path."""
 
 import json
+import sys
 import shutil
 
 import pytest
@@ -68,3 +69,54 @@ def test_unreachable_prometheus_is_one_line():
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1 and "cannot connect" in result.stderr
     assert "hunter2" not in result.stderr
+
+
+@pytest.fixture
+def secured(tmp_path):
+    """A Prometheus behind TLS and basic auth (exporter-toolkit's web config), with a trace."""
+    import subprocess as sp
+
+    import bcrypt
+
+    from gpunet.trace_cli import prometheus_command
+    from procs import Process, free_port, wait_for
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    sp.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+            "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+           check=True, capture_output=True)
+    hashed = bcrypt.hashpw(b"s3cret-pass", bcrypt.gensalt(rounds=4)).decode()
+    web = tmp_path / "web.yml"
+    web.write_text(json.dumps({"tls_server_config": {"cert_file": str(cert), "key_file": str(key)},
+                               "basic_auth_users": {"oncall": hashed}}))
+    trace = TRACES[[t.name for t in TRACES].index("pfc_storm.om.gz")]
+    data = tmp_path / "tsdb"
+    assert sp.run([sys.executable, "-m", "gpunet.trace_cli", "load", str(trace), "--data", str(data)],
+                  capture_output=True).returncode == 0
+    port = free_port()
+    proc = Process(prometheus_command(data, f"127.0.0.1:{port}") + [f"--web.config.file={web}"],
+                   tmp_path / "prom.log")
+    import socket
+    wait_for(lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or True, what="prometheus")
+    yield f"https://127.0.0.1:{port}", cert, trace
+    proc.stop()
+
+
+def test_tls_and_basic_auth(secured, monkeypatch):
+    url, cert, trace = secured
+    start, end = window(trace)
+    monkeypatch.setenv("GPUNET_PROMETHEUS_PASSWORD", "s3cret-pass")
+    ok = diagnose("--prometheus", url, "--ca-file", str(cert), "--basic-auth-user", "oncall", "--start", start,
+                  "--end", end, "--format", "json")
+    assert ok.returncode == 0, ok.stderr
+    assert [f["class"] for f in json.loads(ok.stdout)["findings"]] == ["pfc_storm"]
+
+    monkeypatch.setenv("GPUNET_PROMETHEUS_PASSWORD", "wrong")
+    refused = diagnose("--prometheus", url, "--ca-file", str(cert), "--basic-auth-user", "oncall", "--since", "1h")
+    assert refused.returncode == 1 and "unauthorised" in refused.stderr and "wrong" not in refused.stderr
+
+    untrusted = diagnose("--prometheus", url, "--basic-auth-user", "oncall", "--since", "1h")
+    assert untrusted.returncode == 1 and len(untrusted.stderr.strip().splitlines()) == 1
+    assert "certificate" in untrusted.stderr.lower()
