@@ -35,7 +35,7 @@ def node_copy(tmp_path):
 def served(tmp_path):
     """Load a trace into a real Prometheus (gpunet-trace load) and serve it; returns the URL."""
     from gpunet.trace_cli import prometheus_command
-    from procs import REPO, Process, free_port, http_get, wait_for
+    from procs import REPO, start_prometheus
 
     procs = []
 
@@ -44,11 +44,10 @@ def served(tmp_path):
         result = subprocess.run([sys.executable, "-m", "gpunet.trace_cli", "load", str(trace), "--data", str(data)],
                                 cwd=REPO, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr
-        port = free_port()
-        proc = Process(prometheus_command(data, f"127.0.0.1:{port}"), tmp_path / f"prom-{port}.log")
+        # gpunet-trace load --serve's own command, less its listen address
+        args = [a for a in prometheus_command(data, "127.0.0.1:0")[1:] if not a.startswith("--web.listen-address")]
+        proc, url = start_prometheus(args, tmp_path / f"prom-{trace.name}.log")
         procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: http_get(url + "/-/ready")[0] == 200, what="prometheus ready")
         return url
 
     yield serve

@@ -88,3 +88,16 @@ def start_exporter(tmp_path: Path, *args: str, port: int | None = None) -> tuple
         proc.stop()
         raise AssertionError(f"exporter did not start:\n{proc.log()}") from None
     return proc, url
+
+
+def start_prometheus(args: list[str], log_path: Path) -> tuple[Process, str]:
+    """`prometheus ARGS --web.listen-address=<free loopback port>`, once it is ready."""
+    port = free_port()
+    proc = Process(["prometheus", *args, f"--web.listen-address=127.0.0.1:{port}"], log_path)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: http_get(url + "/-/ready")[0] == 200, what="prometheus ready")
+    except TimeoutError:
+        proc.stop()
+        raise AssertionError(f"prometheus did not start:\n{proc.log()}") from None
+    return proc, url

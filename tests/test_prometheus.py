@@ -7,7 +7,7 @@ import urllib.parse
 import pytest
 
 from conftest import FIXTURES
-from procs import Process, free_port, http_get, start_exporter, wait_for
+from procs import http_get, start_exporter, start_prometheus, wait_for
 
 pytestmark = [pytest.mark.prometheus,
               pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")]
@@ -28,16 +28,13 @@ def prometheus(tmp_path):
     started = []
 
     def start(targets: list[str], scrape_interval: str = "1s"):
-        port = free_port()
         config = tmp_path / "prometheus.yml"
         config.write_text(json.dumps({
             "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
             "scrape_configs": [{"job_name": "gpunet", "static_configs": [{"targets": targets}]}]}))
-        proc = Process(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                        f"--web.listen-address=127.0.0.1:{port}"], tmp_path / "prometheus.log")
+        proc, url = start_prometheus([f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}"],
+                                     tmp_path / "prometheus.log")
         started.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: http_get(url + "/-/ready")[0] == 200, what="prometheus ready")
         return url
 
     yield start
