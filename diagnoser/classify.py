@@ -57,6 +57,10 @@ CHECKPOINT_OTHER_UTIL = 0.02
 CHECKPOINT_RISE = 3.0
 
 
+# The network_state in which each class makes GPUs wait.
+STATE_OF = {"network_bandwidth": "saturated", "pfc_storm": "paused", "host_bound": "quiet"}
+
+
 @dataclass
 class WindowFinding:
     window: float
@@ -120,8 +124,14 @@ def classify(f: Features) -> list[WindowFinding]:
         found: dict[str, WindowFinding] = {}
 
         def add(cls: str, nodes: list[str], devices: list[str], confidence: float, **evidence) -> None:
+            # The cost: GPU idle above the job's own baseline; for a condition that lasts the
+            # whole window (no baseline below it), the idle spent in the state it causes.
+            cost = idle_cost
+            state = STATE_OF.get(cls)
+            if has_gpu and state is not None:
+                cost = max(cost, float(np.nan_to_num(g[f"idle_{state}_frac"])) * float(g["gpu_time"]))
             found[cls] = WindowFinding(w, cls, nodes, devices, float(np.clip(confidence, 0.05, 0.99)),
-                                       idle_cost, {k: _plain(v) for k, v in evidence.items()})
+                                       cost, {k: _plain(v) for k, v in evidence.items()})
 
         # 1. PFC storm: a node sends pauses without end; everyone behind it freezes.
         storm = nw[(nw["pfc_tx_rate"] >= STORM_TX_RATE) & (nw["pfc_tx_rate_z"] >= STORM_Z)]
@@ -240,12 +250,34 @@ def classify(f: Features) -> list[WindowFinding]:
             if persistent or rising:
                 add("network_bandwidth", [], [], 0.5 + min(sat_idle / 0.3, 0.45),
                     gpu_idle_saturated=sat_idle, link_utilisation=g["util_median"],
-                    saturated_time=g["sat_frac_median"], gpu_idle=g["idle_frac"])
+                    saturated_time=g["sat_frac_median"], gpu_idle=g["idle_frac"],
+                    **bandwidth_need(speed_median.get(w, np.nan), g["sat_frac_median"], sat_idle))
         elif not has_gpu and g["sat_frac_median"] >= 0.5 and not found:
             add("network_bandwidth", [], [], 0.5, saturated_time=g["sat_frac_median"],
                 link_utilisation=g["util_median"], gpu_idle="unknown (no GPU series)")
         out.extend(found.values())
     return out + suppressed
+
+
+UPGRADE_PATH_GBPS = (25, 100, 200, 400, 800)
+TARGET_NETWORK_IDLE = 0.05  # network-attributed GPU idle worth having
+
+
+def bandwidth_need(speed: float, saturated: float, idle_saturated: float) -> dict:
+    """The link speed that would bring the GPU idle spent waiting on saturated links under
+    5%. Per step the all-reduce runs at line rate for `saturated` of the time, and
+    `idle_saturated` of it is not hidden behind compute (the rest overlaps). At speed B' the
+    transfer takes saturated x B/B'; what stays exposed is that minus the overlap:
+        saturated x B/B' - (saturated - idle_saturated) <= 5%
+        B' >= B x saturated / (saturated - idle_saturated + 5%)"""
+    if not (np.isfinite(speed) and np.isfinite(saturated) and saturated > 0 and speed > 0):
+        return {}
+    needed = speed * saturated / max(saturated - idle_saturated + TARGET_NETWORK_IDLE, 1e-3)
+    gbps, needed_gbps = speed * 8 / 1e9, needed * 8 / 1e9
+    step = next((s for s in UPGRADE_PATH_GBPS if s >= needed_gbps), None)
+    return {"nic_speed_gbps": round(gbps, 1), "needed_gbps_per_nic": round(needed_gbps, 1),
+            "upgrade_to": f"{step}G per NIC" if step else f"more rails: {needed_gbps / UPGRADE_PATH_GBPS[-1]:.1f}x "
+                                                       f"the fastest NIC per GPU"}
 
 
 def _devices(nic: pd.DataFrame, w: float, nodes: list[str], column: str) -> list[str]:
