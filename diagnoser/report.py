@@ -113,6 +113,8 @@ def to_text(doc: dict, markdown: bool = False) -> str:
         lines.append("")
     for note in doc.get("notes", [])[:5]:
         lines.append(f"note: {note}")
+    if markdown:  # bullets and paragraphs instead of the terminal's indentation
+        lines = [l[3:] if l.startswith("   - ") else ("\n" + l[3:] if l.startswith("   ") else l) for l in lines]
     return "\n".join(lines).rstrip() + "\n"
 
 
