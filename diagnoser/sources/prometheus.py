@@ -14,6 +14,7 @@ import re
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
 from diagnoser.frame import FINE, NIC_COUNTERS, Frame, assemble, choose_step
 from gpunet import contract as c
@@ -182,7 +183,6 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         q.by(f"sum((increase({c.GPU_BUSY_SECONDS.name}{{$M}}[$S]) and {c.GPU_BUSY_SECONDS.name}{{$M}} offset $S))", (), step=fine_step, windows=fine_windows),
         q.by(f"sum by (network_state) ((increase({c.GPU_IDLE_SECONDS.name}{{$M}}[$S]) and {c.GPU_IDLE_SECONDS.name}{{$M}} offset $S))", ("network_state",),
              step=fine_step, windows=fine_windows))
-    import pandas as pd
     fine_cols = {"busy": next(iter(fine_busy.values()), np.full(len(fine_windows), np.nan))}
     for (state,), values in fine_idle.items():
         fine_cols[f"idle_{state}"] = values

@@ -86,7 +86,7 @@ class GpuActivityCollector:
             gpu = str(ident.index)
             result = results.get(ident.index)
             if not isinstance(result, GpuActivity):
-                errors.append(_as_error(result, ident.index))
+                errors.append(as_source_error(result, ident.index))
                 self._last.pop(gpu, None)  # the time it was away is not known: not integrated
                 samples.append(Sample(GPU_UP, (gpu,), 0.0))
                 continue
@@ -123,7 +123,7 @@ class GpuActivityCollector:
                 self.throttled[(gpu, reason)] += dt
 
 
-def _as_error(result: object, index: int) -> SourceError:
+def as_source_error(result: object, index: int) -> SourceError:
     if isinstance(result, SourceError):
         return result
     if isinstance(result, Hung):

@@ -4,7 +4,7 @@ temperature, memory, PCIe throughput, XID errors, and GPM SM/tensor activity (Ho
 from __future__ import annotations
 
 from exporter.bounded import BoundedCalls
-from exporter.collectors.gpu import GpuSource, _as_error
+from exporter.collectors.gpu import GpuSource, as_source_error
 from exporter.readers.nvml import GpuDetails
 from exporter.root import SourceError
 from exporter.samples import Sample, TickContext
@@ -41,7 +41,7 @@ class GpuDetailsCollector:
             gpu = str(ident.index)
             details = results.get(ident.index)
             if not isinstance(details, GpuDetails):
-                errors.append(_as_error(details, ident.index))
+                errors.append(as_source_error(details, ident.index))
                 continue  # a lost GPU's info vanishes with the rest of its series
             samples.append(Sample(GPU_INFO, (gpu, ident.uuid, ident.model, ident.pci_address, ident.numa_node), 1.0))
             for attr, metric in DETAILS:
@@ -56,5 +56,5 @@ class GpuDetailsCollector:
             samples.extend(Sample(GPU_XID_ERRORS, (str(gpu), str(xid)), count)
                            for (gpu, xid), count in sorted(xids.items()))
         elif xids is not None:
-            errors.append(_as_error(xids, -1))
+            errors.append(as_source_error(xids, -1))
         return samples
