@@ -204,6 +204,7 @@ def classify(f: Features) -> list[WindowFinding]:
                 culprits = list(throttled["throttle_frac"].sort_values(ascending=False).index)
                 add("gpu_throttle", culprits, [], 0.7 + 0.25 * min(throttled["throttle_frac"].max(), 1.0),
                     throttled_fraction={n: nw.at[n, "throttle_frac"] for n in culprits},
+                    throttled_gpus=_throttled_gpus(f.frame, w, culprits),
                     sm_clock_mhz={n: nw.at[n, "sm_clock"] / 1e6 for n in culprits}, gpu_idle=g["idle_frac"])
 
             # 7. Stragglers: a node idles far less than its peers, and no cause shows on it.
@@ -278,6 +279,23 @@ def bandwidth_need(speed: float, saturated: float, idle_saturated: float) -> dic
     return {"nic_speed_gbps": round(gbps, 1), "needed_gbps_per_nic": round(needed_gbps, 1),
             "upgrade_to": f"{step}G per NIC" if step else f"more rails: {needed_gbps / UPGRADE_PATH_GBPS[-1]:.1f}x "
                                                        f"the fastest NIC per GPU"}
+
+
+def _throttled_gpus(frame, w: float, nodes: list[str]) -> dict[str, str]:
+    """Which GPUs of the culprit nodes were throttled in window w, where the source gives GPUs."""
+    if not len(frame.gpu):
+        return {}
+    try:
+        gw = frame.gpu.xs(w, level="window")
+    except KeyError:
+        return {}
+    out = {}
+    for node in nodes:
+        if node in gw.index.get_level_values("instance"):
+            rows = gw.xs(node, level="instance")
+            gpus = rows.index[(rows["throttled"] / frame.step) >= THROTTLE]
+            out[node] = ",".join(sorted(gpus, key=lambda g: (len(g), g))) or "none above the threshold alone"
+    return out
 
 
 def _devices(nic: pd.DataFrame, w: float, nodes: list[str], column: str) -> list[str]:

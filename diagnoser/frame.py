@@ -25,6 +25,7 @@ NODE_COLUMNS = (
     "other_bytes", "other_capacity",  # NICs outside the training fabric (management, storage)
     "fabric_nics",
 )
+GPU_COLUMNS = ("busy", "idle", "throttled", "sm_clock")
 NIC_COLUMNS = ("fabric", "speed", "up", "tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "ecn",
                "cnp_sent", "cnp_received", "rdma_loss", "discards", "carrier_changes")
 
@@ -48,6 +49,7 @@ class Frame:
     windows: np.ndarray  # start time of each window
     node: pd.DataFrame  # index (instance, window)
     nic: pd.DataFrame  # index (instance, device, window)
+    gpu: pd.DataFrame  # index (instance, gpu, window): per GPU, where the source gives it
     scrape_interval: float
     has_gpus: bool
     # Cluster GPU time at a finer grain (FINE sub-windows per window): tells a sustained
@@ -127,6 +129,7 @@ class FrameBuilder:
         self.fine: dict[str, np.ndarray] = {}
         self.node: dict[str, dict[str, np.ndarray]] = {}
         self.nic: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+        self.gpu: dict[tuple[str, str], dict[str, np.ndarray]] = {}
         self.nic_info: dict[tuple[str, str], dict[str, str]] = {}
         self.fabric_flag: dict[tuple[str, str], bool] = {}  # the exporter's own word, where exported
         self.gpu_seen: dict[str, set[str]] = {}
@@ -160,13 +163,17 @@ class FrameBuilder:
         elif name == c.NIC_FABRIC.name:
             self.fabric_flag[(instance, labels.get("device", ""))] = bool(np.nanmax(v) > 0) if len(v) else False
         elif name == c.GPU_BUSY_SECONDS.name:
-            self._acc(self.node, instance, "busy", counter_increase(t, v, e))
+            busy = counter_increase(t, v, e)
+            self._acc(self.node, instance, "busy", busy)
+            self._acc(self.gpu, (instance, labels.get("gpu", "")), "busy", busy)
             self._acc(self.fine, "busy", "busy", counter_increase(t, v, self.fine_edges))
             self.gpu_seen.setdefault(instance, set()).add(labels.get("gpu", ""))
         elif name == c.GPU_IDLE_SECONDS.name:
             state = labels.get("network_state", "quiet")
             if state in c.NETWORK_STATES:
-                self._acc(self.node, instance, f"idle_{state}", counter_increase(t, v, e))
+                idle = counter_increase(t, v, e)
+                self._acc(self.node, instance, f"idle_{state}", idle)
+                self._acc(self.gpu, (instance, labels.get("gpu", "")), "idle", idle)
                 self._acc(self.fine, "idle", f"idle_{state}", counter_increase(t, v, self.fine_edges))
         elif name == c.GPU_THROTTLED_SECONDS.name:
             # Reasons overlap in time: a GPU's throttled time is its busiest reason's.
@@ -174,7 +181,9 @@ class FrameBuilder:
             inc = counter_increase(t, v, e)
             self.throttled[key] = np.maximum(self.throttled.get(key, inc), inc)
         elif name == c.GPU_SM_CLOCK.name:
-            self.sm_clock.setdefault(instance, []).append(gauge_stats(t, v, e)[0])
+            clock = gauge_stats(t, v, e)[0]
+            self.sm_clock.setdefault(instance, []).append(clock)
+            self.gpu.setdefault((instance, labels.get("gpu", "")), {})["sm_clock"] = clock
         elif name == c.TCP_RETRANSMITTED.name:
             self._acc(self.node, instance, "tcp_retrans", counter_increase(t, v, e))
         elif name == c.TCP_SENT.name:
@@ -211,6 +220,7 @@ class FrameBuilder:
             nic_rows[(instance, device)] = row
         for (instance, gpu), inc in self.throttled.items():
             self._acc(self.node, instance, "throttled", inc)
+            self.gpu.setdefault((instance, gpu), {})["throttled"] = inc
         for instance, clocks in self.sm_clock.items():
             stacked = np.vstack(clocks)
             known = np.isfinite(stacked).sum(axis=0)
@@ -243,22 +253,35 @@ class FrameBuilder:
         fine = pd.DataFrame(fine_cols, index=pd.Index(self.fine_edges[:-1], name="window")) if fine_cols \
             else pd.DataFrame()
         return assemble(self.source, self.start, self.end, self.step, self.scrape_interval, windows, node_cols,
-                        nic_rows, bool(self.gpu_seen), fine, speed_median, self.warnings)
+                        nic_rows, bool(self.gpu_seen), fine, speed_median, self.warnings, self.gpu)
+
+
+def _table(rows: dict[tuple, dict[str, np.ndarray]], keys: tuple[str, ...], columns: tuple[str, ...],
+           windows: np.ndarray) -> pd.DataFrame:
+    """One frame indexed by (*keys, window) from per-key column arrays, built in one go
+    (thousands of small frames concatenated cost more than the whole parse)."""
+    n = len(windows)
+    ordered = sorted(rows)
+    if not ordered:
+        return pd.DataFrame(columns=columns, index=pd.MultiIndex.from_arrays(
+            [[] for _ in (*keys, "window")], names=[*keys, "window"]))
+    data = {}
+    for col in columns:
+        data[col] = np.concatenate([np.asarray(rows[k].get(col, np.full(n, np.nan)), dtype=float)
+                                    if col != "fabric" else np.asarray(rows[k].get(col, np.full(n, False)))
+                                    for k in ordered])
+    levels = [np.repeat([k[i] for k in ordered], n) for i in range(len(keys))]
+    index = pd.MultiIndex.from_arrays([*levels, np.tile(windows, len(ordered))], names=[*keys, "window"])
+    return pd.DataFrame(data, index=index)
 
 
 def assemble(source: str, start: float, end: float, step: float, scrape_interval: float, windows: np.ndarray,
              node_cols: dict[str, dict[str, np.ndarray]], nic_rows: dict[tuple[str, str], dict[str, np.ndarray]],
-             has_gpus: bool, fine: pd.DataFrame, speed_median: np.ndarray, warnings: list[str]) -> Frame:
+             has_gpus: bool, fine: pd.DataFrame, speed_median: np.ndarray, warnings: list[str],
+             gpu_rows: dict[tuple[str, str], dict[str, np.ndarray]] | None = None) -> Frame:
     """The Frame from per-window columns, whichever source computed them."""
-    nan = np.full(len(windows), np.nan)
-    node_frames = [pd.DataFrame({col: cols.get(col, nan) for col in NODE_COLUMNS},
-                                index=pd.MultiIndex.from_product([[instance], windows], names=["instance", "window"]))
-                   for instance, cols in sorted(node_cols.items())]
-    node = pd.concat(node_frames) if node_frames else pd.DataFrame(columns=NODE_COLUMNS)
-    nic_frames = [pd.DataFrame({col: row.get(col, nan) for col in NIC_COLUMNS},
-                               index=pd.MultiIndex.from_product([[inst], [dev], windows],
-                                                                names=["instance", "device", "window"]))
-                  for (inst, dev), row in sorted(nic_rows.items())]
-    nic = pd.concat(nic_frames) if nic_frames else pd.DataFrame(columns=NIC_COLUMNS)
-    return Frame(source, start, end, step, windows, node, nic, scrape_interval, has_gpus, fine, speed_median,
+    node = _table({(i,): cols for i, cols in node_cols.items()}, ("instance",), NODE_COLUMNS, windows)
+    nic = _table(nic_rows, ("instance", "device"), NIC_COLUMNS, windows)
+    gpu = _table(gpu_rows or {}, ("instance", "gpu"), GPU_COLUMNS, windows)
+    return Frame(source, start, end, step, windows, node, nic, gpu, scrape_interval, has_gpus, fine, speed_median,
                  warnings)

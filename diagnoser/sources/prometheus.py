@@ -209,9 +209,20 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         for column, series in zip(keys, per_device):
             for key, values in series.items():
                 nic_rows.setdefault(key, {"fabric": np.full(len(windows), True)})[column] = values
+    # ... and into the GPUs of throttled nodes.
+    throttled = [i for i, cols in node_cols.items() if np.nanmax(cols.get("throttled", [0])) > 0][:MAX_SUSPECTS]
+    gpu_rows: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+    if throttled:
+        per_gpu = await asyncio.gather(*(q.by(expr, ("instance", "gpu"), throttled) for expr in (
+            f"max by (instance, gpu) ((increase({c.GPU_THROTTLED_SECONDS.name}{{$M}}[$S]) and "
+            f"{c.GPU_THROTTLED_SECONDS.name}{{$M}} offset $S))",
+            f"avg by (instance, gpu) (avg_over_time({c.GPU_SM_CLOCK.name}{{$M}}[$S]))")))
+        for column, series in zip(("throttled", "sm_clock"), per_gpu):
+            for key, values in series.items():
+                gpu_rows.setdefault(key, {})[column] = values
     progress(f"{client.requests} queries in all")
     return assemble(f"prometheus:{client.url}", start, end, step, scrape, windows, node_cols, nic_rows, has_gpus,
-                    fine, speed_median, [])
+                    fine, speed_median, [], gpu_rows)
 
 
 def _suspects(node_cols: dict[str, dict[str, np.ndarray]], step: float) -> list[str]:

@@ -1,0 +1,493 @@
+"""Generate the Grafana dashboards in this folder from plain dicts.
+
+    python dashboards/build.py            # rewrite dashboards/*.json
+    python dashboards/build.py --check    # exit 1 if a committed file differs
+
+The JSON files are what users import (Grafana 10 and 11: Dashboards > New > Import, pick
+the Prometheus data source). Output is deterministic: same code, same bytes.
+tests/test_dashboards.py checks that the committed JSON equals this generator's output
+and evaluates every panel's PromQL against real Prometheus servers loaded with the
+committed replay traces.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DS = {"type": "prometheus", "uid": "${datasource}"}
+RI = "$__rate_interval"
+
+# Label matchers every panel uses. Multi-value "All" variables expand to a regex (allValue .*).
+NODE = 'job=~"$job", instance=~"$instance"'
+NIC = NODE + ', device=~"$device"'
+GPU = NODE + ', gpu=~"$gpu"'
+
+
+def nic_util(sel: str = NIC) -> str:
+    """Per NIC, the busier direction's wire throughput as a fraction of link speed."""
+    return ("max by (instance, device) ("
+            f'label_replace(rate(gpunet_nic_transmit_bytes_total{{{sel}}}[{RI}]), "direction", "transmit", "", "")'
+            f' or label_replace(rate(gpunet_nic_receive_bytes_total{{{sel}}}[{RI}]), "direction", "receive", "", "")'
+            ") / on (instance, device) group_left () "
+            f"max by (instance, device) (gpunet_nic_link_speed_bytes_per_second{{{sel}}} > 0)")
+
+
+def fabric_speed(sel: str = NIC) -> str:
+    """Link speed of the training-fabric NICs (those with an RDMA device)."""
+    return (f"(max by (instance, device) (gpunet_nic_link_speed_bytes_per_second{{{sel}}})"
+            f' * on (instance, device) group_left () max by (instance, device) (gpunet_nic_info{{{sel}, rdma_device!=""}}))')
+
+
+GPUS = f"count(gpunet_gpu_busy_seconds_total{{{GPU}}})"
+
+
+# --- panel builders -------------------------------------------------------------------
+
+def target(expr: str, legend: str = "", ref: str = "A", instant: bool = False, fmt: str = "time_series") -> dict:
+    t = {"datasource": DS, "editorMode": "code", "expr": expr, "legendFormat": legend or "__auto",
+         "range": not instant, "instant": instant, "refId": ref}
+    if fmt != "time_series":
+        t["format"] = fmt
+    return t
+
+
+def targets(*specs) -> list[dict]:
+    """specs: (expr, legend) pairs; refIds A, B, C, ..."""
+    return [target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(specs)]
+
+
+def timeseries(title: str, tgts: list[dict], unit: str = "short", desc: str = "", stack: bool = False,
+               w: int = 12, h: int = 8, fill: int | None = None, minimum: float | None = 0,
+               maximum: float | None = None, draw: str = "line", legend_calcs: list[str] | None = None) -> dict:
+    defaults = {"unit": unit, "custom": {"drawStyle": draw, "lineWidth": 1,
+                                         "fillOpacity": fill if fill is not None else (70 if stack else 10),
+                                         "stacking": {"mode": "normal" if stack else "none", "group": "A"},
+                                         "showPoints": "never", "spanNulls": False}}
+    if minimum is not None:
+        defaults["min"] = minimum
+    if maximum is not None:
+        defaults["max"] = maximum
+    return {"type": "timeseries", "title": title, "description": desc, "datasource": DS, "targets": tgts,
+            "fieldConfig": {"defaults": defaults, "overrides": []},
+            "options": {"legend": {"displayMode": "table" if legend_calcs else "list", "placement": "bottom",
+                                   "showLegend": True, "calcs": legend_calcs or []},
+                        "tooltip": {"mode": "multi", "sort": "desc"}},
+            "_w": w, "_h": h}
+
+
+def bargauge(title: str, expr: str, legend: str, unit: str = "short", desc: str = "", w: int = 8, h: int = 8,
+             maximum: float | None = None) -> dict:
+    defaults = {"unit": unit, "min": 0, "color": {"mode": "continuous-GrYlRd"}}
+    if maximum is not None:
+        defaults["max"] = maximum
+    return {"type": "bargauge", "title": title, "description": desc, "datasource": DS,
+            "targets": [target(expr, legend, instant=True)],
+            "fieldConfig": {"defaults": defaults, "overrides": []},
+            "options": {"orientation": "horizontal", "displayMode": "gradient", "showUnfilled": True,
+                        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                        "minVizHeight": 10, "minVizWidth": 0, "valueMode": "color", "namePlacement": "auto",
+                        "sizing": "auto"},
+            "_w": w, "_h": h}
+
+
+def stat(title: str, expr: str, unit: str = "short", desc: str = "", w: int = 6, h: int = 4,
+         thresholds: list[tuple[float | None, str]] | None = None) -> dict:
+    steps = [{"color": c, "value": v} for v, c in (thresholds or [(None, "green")])]
+    return {"type": "stat", "title": title, "description": desc, "datasource": DS,
+            "targets": [target(expr, "", instant=False)],
+            "fieldConfig": {"defaults": {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps},
+                                         "color": {"mode": "thresholds"}}, "overrides": []},
+            "options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                        "colorMode": "background", "graphMode": "area", "justifyMode": "auto",
+                        "orientation": "auto", "textMode": "auto"},
+            "_w": w, "_h": h}
+
+
+def table(title: str, tgts: list[dict], desc: str = "", w: int = 12, h: int = 8) -> dict:
+    return {"type": "table", "title": title, "description": desc, "datasource": DS, "targets": tgts,
+            "fieldConfig": {"defaults": {}, "overrides": []},
+            "options": {"showHeader": True, "cellHeight": "sm", "footer": {"show": False}},
+            "transformations": [{"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True}}}],
+            "_w": w, "_h": h}
+
+
+def heatmap(title: str, tgts: list[dict], desc: str = "", w: int = 24, h: int = 10) -> dict:
+    """One row per series (node/NIC), colour = value: Grafana's heatmap with calculate off."""
+    return {"type": "heatmap", "title": title, "description": desc, "datasource": DS, "targets": tgts,
+            "fieldConfig": {"defaults": {"custom": {"scaleDistribution": {"type": "linear"}}}, "overrides": []},
+            "options": {"calculate": False, "cellGap": 1,
+                        "color": {"mode": "scheme", "scheme": "Turbo", "steps": 64, "exponent": 0.5,
+                                  "fill": "dark-orange", "reverse": False, "scale": "exponential",
+                                  "min": 0, "max": 1},
+                        "yAxis": {"axisPlacement": "left", "reverse": True, "unit": "short"},
+                        "rowsFrame": {"layout": "auto"}, "cellValues": {"unit": "percentunit"},
+                        "legend": {"show": True}, "tooltip": {"mode": "single", "yHistogram": False},
+                        "showValue": "never", "filterValues": {"le": 1e-9}},
+            "_w": w, "_h": h}
+
+
+def state_timeline(title: str, tgts: list[dict], desc: str = "", w: int = 12, h: int = 8,
+                   mappings: list[dict] | None = None) -> dict:
+    return {"type": "state-timeline", "title": title, "description": desc, "datasource": DS, "targets": tgts,
+            "fieldConfig": {"defaults": {"mappings": mappings or [],
+                                         "color": {"mode": "thresholds"},
+                                         "thresholds": {"mode": "absolute",
+                                                        "steps": [{"color": "red", "value": None},
+                                                                  {"color": "green", "value": 1}]}},
+                            "overrides": []},
+            "options": {"showValue": "never", "mergeValues": True, "rowHeight": 0.9,
+                        "legend": {"showLegend": False}},
+            "_w": w, "_h": h}
+
+
+def row(title: str) -> dict:
+    return {"type": "row", "title": title, "collapsed": False, "panels": [], "_w": 24, "_h": 1}
+
+
+UP_MAPPING = [{"type": "value", "options": {"0": {"text": "down", "color": "red"},
+                                            "1": {"text": "up", "color": "green"}}}]
+
+
+# --- variables ------------------------------------------------------------------------
+
+def query_var(name: str, label: str, query: str, multi: bool = True) -> dict:
+    return {"type": "query", "name": name, "label": label, "datasource": DS,
+            "definition": query, "query": query,  # the string form: Grafana 10 and 11 both read it
+            "refresh": 2, "regex": "", "sort": 3 if name == "gpu" else 1,
+            "multi": multi, "includeAll": True, "allValue": ".*",
+            "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "options": [],
+            "hide": 0, "skipUrlSync": False}
+
+
+def variables() -> list[dict]:
+    return [
+        {"type": "datasource", "name": "datasource", "label": "Data source", "query": "prometheus",
+         "current": {}, "hide": 0, "includeAll": False, "multi": False, "options": [], "refresh": 1,
+         "regex": "", "skipUrlSync": False},
+        query_var("job", "Job", "label_values(gpunet_exporter_collector_up, job)"),
+        query_var("instance", "Node", 'label_values(gpunet_nic_info{job=~"$job"}, instance)'),
+        query_var("device", "NIC", 'label_values(gpunet_nic_info{job=~"$job", instance=~"$instance"}, device)'),
+        query_var("gpu", "GPU", 'label_values(gpunet_gpu_info{job=~"$job", instance=~"$instance"}, gpu)'),
+    ]
+
+
+def layout(panels: list[dict]) -> list[dict]:
+    """Place panels left to right, wrapping at Grafana's 24 columns; number them."""
+    x = y = row_h = 0
+    out = []
+    for i, p in enumerate(panels, 1):
+        w, h = p.pop("_w"), p.pop("_h")
+        if x + w > 24 or p["type"] == "row":
+            x, y, row_h = 0, y + row_h, 0
+        p = {"id": i, "gridPos": {"h": h, "w": w, "x": x, "y": y}, **p}
+        if p["type"] == "row":
+            p.pop("datasource", None)
+        out.append(p)
+        x += w
+        row_h = max(row_h, h)
+        if p["type"] == "row":
+            x, y, row_h = 0, y + h, 0
+    return out
+
+
+def dashboard(uid: str, title: str, description: str, panels: list[dict], tags: list[str],
+              links: bool = True) -> dict:
+    d = {
+        "__requires": [{"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.0.0"},
+                       {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"}],
+        "annotations": {"list": [{"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                                  "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
+                                  "name": "Annotations & Alerts", "type": "dashboard"}]},
+        "description": description,
+        "editable": True,
+        "fiscalYearStartMonth": 0,
+        "graphTooltip": 1,
+        "id": None,
+        "links": [{"asDropdown": False, "includeVars": True, "keepTime": True, "tags": ["gpunet"],
+                   "title": "gpunet dashboards", "type": "dashboards"}] if links else [],
+        "panels": layout(panels),
+        "refresh": "30s",
+        "schemaVersion": 39,
+        "tags": tags,
+        "templating": {"list": variables()},
+        "time": {"from": "now-1h", "to": "now"},
+        "timepicker": {},
+        "timezone": "",
+        "title": title,
+        "uid": uid,
+        "version": 1,
+        "weekStart": "",
+    }
+    return d
+
+
+# --- the dashboards -------------------------------------------------------------------
+
+def cluster() -> dict:
+    idle_state = (f"sum by (network_state) (rate(gpunet_gpu_idle_seconds_total{{{GPU}}}[{RI}]))"
+                  f" / on () group_left () {GPUS}")
+    busy = f"sum(rate(gpunet_gpu_busy_seconds_total{{{GPU}}}[{RI}])) / {GPUS}"
+    node_idle = (f"sum by (instance) (rate(gpunet_gpu_idle_seconds_total{{{GPU}}}[$__range]))"
+                 f" / count by (instance) (gpunet_gpu_busy_seconds_total{{{GPU}}})")
+    pauses = "gpunet_nic_pfc_pause_frames_total"
+    panels = [
+        stat("GPU idle", f"sum(rate(gpunet_gpu_idle_seconds_total{{{GPU}}}[{RI}])) / {GPUS}", "percentunit",
+             "Fraction of GPU time no kernel ran, all selected GPUs.",
+             thresholds=[(None, "green"), (0.2, "orange"), (0.4, "red")]),
+        stat("GPU idle while network saturated or paused",
+             f'sum(rate(gpunet_gpu_idle_seconds_total{{{GPU}, network_state=~"saturated|paused"}}[{RI}])) / {GPUS}',
+             "percentunit", "GPU time waiting while the node's fabric NICs ran at line rate or were paused.",
+             thresholds=[(None, "green"), (0.1, "orange"), (0.25, "red")]),
+        stat("Nodes transmitting PFC pauses",
+             f'count(sum by (instance) (rate({pauses}{{{NIC}, direction="transmit"}}[{RI}])) > 1) or vector(0)',
+             "short", "Nodes whose NICs send pause frames (more than 1/s): PFC storm suspects.",
+             thresholds=[(None, "green"), (1, "red")]),
+        stat("NICs down", f"count(gpunet_nic_up{{{NIC}}} == 0) or vector(0)", "short",
+             "NIC ports whose operstate is down or carrier lost.", thresholds=[(None, "green"), (1, "red")]),
+
+        row("GPU time"),
+        timeseries("GPU idle fraction by network state",
+                   targets((idle_state, "idle, {{network_state}}")), "percentunit",
+                   "Share of GPU time idle, split by what the node's training fabric did in the same fast tick: "
+                   "quiet (host-bound), active, saturated (links too slow), paused (PFC). Stacked; the top edge is "
+                   "the total idle fraction.", stack=True, w=12, h=9, maximum=1),
+        timeseries("GPU busy fraction", targets((busy, "busy")), "percentunit",
+                   "Share of GPU time in which a kernel ran.", w=6, h=9, maximum=1),
+        bargauge("Top nodes by GPU idle (time range)", f"topk(10, {node_idle})", "{{instance}}", "percentunit",
+                 "Nodes whose GPUs idled most over the dashboard's time range.", w=6, h=9, maximum=1),
+
+        row("Network"),
+        heatmap("NIC utilisation vs link speed, across nodes",
+                [target(nic_util(), "{{instance}} {{device}}")],
+                "Per NIC, the busier direction's wire throughput / negotiated link speed (1 = line rate). "
+                "A bandwidth-bound job is bright everywhere; a PFC storm or loss collapses the whole row set; one "
+                "dark or saturated row is a local problem."),
+        timeseries("PFC pause frames by direction",
+                   targets((f"sum by (direction) (rate({pauses}{{{NIC}}}[{RI}]))", "{{direction}}")),
+                   "pps", "Pause frames per second, all nodes. Transmitted pauses come from a congested or "
+                   "stuck receiver; received pauses are what it does to its peers.", w=8),
+        timeseries("Top nodes by transmitted PFC pauses",
+                   targets((f'sum by (instance) (rate({pauses}{{{NIC}, direction="transmit"}}[{RI}]))'
+                            f' and on (instance) topk(5, sum by (instance) '
+                            f'(increase({pauses}{{{NIC}, direction="transmit"}}[$__range] @ end())))',
+                            "{{instance}}")),
+                   "pps", "The 5 nodes that transmitted the most pause frames over the time range, over time. A node "
+                   "that transmits pauses continuously while its peers receive them is a PFC storm source.", w=8),
+        bargauge("Top nodes by transmitted PFC pauses (time range)",
+                 f'topk(10, sum by (instance) (increase({pauses}{{{NIC}, direction="transmit"}}[$__range])))',
+                 "{{instance}}", "short", "Pause frames transmitted over the dashboard's time range.", w=8),
+        timeseries("ECN marks and CNPs",
+                   targets((f"sum(rate(gpunet_nic_ecn_marked_packets_total{{{NIC}}}[{RI}]))", "ECN-marked packets"),
+                           (f"sum(rate(gpunet_nic_cnp_sent_total{{{NIC}}}[{RI}]))", "CNPs sent"),
+                           (f"sum(rate(gpunet_nic_cnp_received_total{{{NIC}}}[{RI}]))", "CNPs received")),
+                   "pps", "DCQCN congestion signals. A steady background is normal on RoCE; a jump with falling "
+                   "throughput is congestion.", w=8),
+        timeseries("RDMA loss events by kind",
+                   targets((f"sum by (kind) (rate(gpunet_nic_rdma_loss_events_total{{{NIC}}}[{RI}]))", "{{kind}}")),
+                   "short", "Go-back-N triggers per second: out-of-sequence, NAK sequence errors, ACK timeouts.",
+                   w=8),
+        timeseries("TCP retransmit ratio by node",
+                   targets((f"sum by (instance) (rate(gpunet_tcp_retransmitted_segments_total{{{NODE}}}[{RI}]))"
+                            f" / sum by (instance) (rate(gpunet_tcp_sent_segments_total{{{NODE}}}[{RI}]) > 0)",
+                            "{{instance}}")),
+                   "percentunit", "Retransmitted / sent TCP segments (NCCL over sockets, storage).", w=8),
+
+        row("Links"),
+        table("Links down",
+              [target(f"gpunet_nic_up{{{NIC}}} == 0", "", instant=True, fmt="table")],
+              "NIC ports down now (value 0).", w=8),
+        table("Fabric links slower than the median",
+              [target(f"{fabric_speed()} < on () group_left () quantile(0.5, {fabric_speed()})", "",
+                      instant=True, fmt="table")],
+              "Training-fabric NICs whose negotiated speed (bytes/s) is below the cluster median: "
+              "a downshifted port.", w=8),
+        timeseries("Link flaps",
+                   targets((f"sum by (instance, device) (increase(gpunet_nic_carrier_changes_total{{{NIC}}}[{RI}]))"
+                            " > 0", "{{instance}} {{device}}")),
+                   "short", "Carrier changes per rate interval, ports that flapped only.", w=8, draw="bars"),
+        timeseries("NIC up", targets((f"sum(gpunet_nic_up{{{NIC}}})", "up"),
+                                     (f"count(gpunet_nic_up{{{NIC}}})", "ports")),
+                   "short", "Ports up against ports known.", w=12, h=6),
+        timeseries("Fabric link speed (min / median / max)",
+                   targets((f"min({fabric_speed()})", "min"), (f"quantile(0.5, {fabric_speed()})", "median"),
+                           (f"max({fabric_speed()})", "max")),
+                   "Bps", "A gap between min and median is a port that negotiated below its peers.", w=12, h=6),
+
+        row("GPU throttling"),
+        timeseries("GPUs throttled, by reason",
+                   targets((f"sum by (reason) (rate(gpunet_gpu_throttled_seconds_total{{{GPU}}}[{RI}]))",
+                            "{{reason}}")),
+                   "short", "GPU-seconds per second during which an NVML clock-event reason slowed the GPU "
+                   "(= number of GPUs throttled).", stack=True, w=12),
+        bargauge("Top nodes by throttled GPUs (time range)",
+                 f"topk(10, sum by (instance) (rate(gpunet_gpu_throttled_seconds_total{{{GPU}}}[$__range])))",
+                 "{{instance}}", "short", "Average number of throttled GPUs per node over the time range.", w=12),
+    ]
+    return dashboard("gpunet-cluster", "gpunet / Cluster overview",
+                     "Are the GPUs waiting on the network, and why: idle by network state, utilisation, congestion, "
+                     "PFC, loss, links, throttling.", panels, ["gpunet", "gpu", "network"])
+
+
+def node() -> dict:
+    pauses = "gpunet_nic_pfc_pause_frames_total"
+    panels = [
+        row("NICs"),
+        timeseries("Wire throughput vs link speed",
+                   targets((f"rate(gpunet_nic_transmit_bytes_total{{{NIC}}}[{RI}])", "{{instance}} {{device}} tx"),
+                           (f"rate(gpunet_nic_receive_bytes_total{{{NIC}}}[{RI}])", "{{instance}} {{device}} rx"),
+                           (f"gpunet_nic_link_speed_bytes_per_second{{{NIC}}}", "{{instance}} {{device}} link speed")),
+                   "Bps", "Bytes on the wire (RDMA included) per direction, with the negotiated link speed.", w=12),
+        timeseries("Utilisation (busier direction / link speed)", targets((nic_util(), "{{instance}} {{device}}")),
+                   "percentunit", "1 = line rate.", w=12, maximum=1),
+        timeseries("Saturated time",
+                   targets((f"rate(gpunet_nic_saturated_seconds_total{{{NIC}}}[{RI}])",
+                            "{{instance}} {{device}} {{direction}}")),
+                   "percentunit", "Fraction of time at >= 90% of link speed, at the exporter's fast tick.", w=8,
+                   maximum=1),
+        timeseries("PFC pause frames by priority and direction",
+                   targets((f"sum by (instance, device, direction, priority) (rate({pauses}{{{NIC}}}[{RI}]))",
+                            "{{instance}} {{device}} {{direction}} prio {{priority}}")),
+                   "pps", "priority global = 802.3x link pause.", w=8),
+        timeseries("PFC pause duration",
+                   targets((f"sum by (instance, device, direction) "
+                            f"(rate(gpunet_nic_pfc_pause_duration_seconds_total{{{NIC}}}[{RI}]))",
+                            "{{instance}} {{device}} {{direction}}")),
+                   "percentunit", "Fraction of time paused (receive) or pausing the peer (transmit), where the "
+                   "driver counts it.", w=8),
+        timeseries("ECN marks and CNPs",
+                   targets((f"rate(gpunet_nic_ecn_marked_packets_total{{{NIC}}}[{RI}])", "{{instance}} {{device}} ECN"),
+                           (f"rate(gpunet_nic_cnp_sent_total{{{NIC}}}[{RI}])", "{{instance}} {{device}} CNP sent"),
+                           (f"rate(gpunet_nic_cnp_received_total{{{NIC}}}[{RI}])",
+                            "{{instance}} {{device}} CNP received")),
+                   "pps", "", w=8),
+        timeseries("RDMA loss events by kind",
+                   targets((f"rate(gpunet_nic_rdma_loss_events_total{{{NIC}}}[{RI}])",
+                            "{{instance}} {{device}} {{kind}}")),
+                   "short", "Go-back-N triggers per second.", w=8),
+        timeseries("Discards and errors",
+                   targets((f"rate(gpunet_nic_receive_discards_total{{{NIC}}}[{RI}])",
+                            "{{instance}} {{device}} rx discards"),
+                           (f"rate(gpunet_nic_transmit_discards_total{{{NIC}}}[{RI}])",
+                            "{{instance}} {{device}} tx discards"),
+                           (f"rate(gpunet_nic_receive_errors_total{{{NIC}}}[{RI}])",
+                            "{{instance}} {{device}} rx errors")),
+                   "pps", "", w=8),
+        state_timeline("Link up", targets((f"gpunet_nic_up{{{NIC}}}", "{{instance}} {{device}}")),
+                       "operstate up and carrier present.", w=12, mappings=UP_MAPPING),
+        timeseries("Carrier changes and TCP retransmits",
+                   targets((f"increase(gpunet_nic_carrier_changes_total{{{NIC}}}[{RI}])",
+                            "{{instance}} {{device}} carrier changes"),
+                           (f"rate(gpunet_tcp_retransmitted_segments_total{{{NODE}}}[{RI}])",
+                            "{{instance}} TCP retransmits/s")),
+                   "short", "", w=12),
+
+        row("GPUs"),
+        timeseries("GPU utilisation", targets((f"gpunet_gpu_utilization_ratio{{{GPU}}}", "{{instance}} GPU {{gpu}}")),
+                   "percentunit", "Latest NVML utilisation.", w=12, maximum=1),
+        timeseries("Busy / idle split by network state",
+                   targets((f"sum by (instance) (rate(gpunet_gpu_busy_seconds_total{{{GPU}}}[{RI}]))"
+                            f" / count by (instance) (gpunet_gpu_busy_seconds_total{{{GPU}}})", "{{instance}} busy"),
+                           (f"sum by (instance, network_state) (rate(gpunet_gpu_idle_seconds_total{{{GPU}}}[{RI}]))"
+                            f" / on (instance) group_left () count by (instance) (gpunet_gpu_busy_seconds_total{{{GPU}}})",
+                            "{{instance}} idle, {{network_state}}")),
+                   "percentunit", "Adds up to 1 per node.", stack=True, w=12, maximum=1),
+        timeseries("Throttle reasons",
+                   targets((f"rate(gpunet_gpu_throttled_seconds_total{{{GPU}}}[{RI}]) > 0",
+                            "{{instance}} GPU {{gpu}} {{reason}}")),
+                   "percentunit", "Fraction of time each clock-event reason was active (reasons never seen are hidden).",
+                   w=12, maximum=1),
+        timeseries("SM clock", targets((f"gpunet_gpu_sm_clock_hertz{{{GPU}}}", "{{instance}} GPU {{gpu}}")),
+                   "hertz", "", w=12, minimum=None),
+        timeseries("Power", targets((f"gpunet_gpu_power_watts{{{GPU}}}", "{{instance}} GPU {{gpu}}")),
+                   "watt", "", w=8),
+        timeseries("Temperature", targets((f"gpunet_gpu_temperature_celsius{{{GPU}}}", "{{instance}} GPU {{gpu}}")),
+                   "celsius", "", w=8, minimum=None),
+        timeseries("XID errors",
+                   targets((f"increase(gpunet_gpu_xid_errors_total{{{GPU}}}[{RI}]) > 0",
+                            "{{instance}} GPU {{gpu}} XID {{xid}}")),
+                   "short", "Critical driver errors per XID code (only those that occurred).", w=8, draw="bars"),
+        state_timeline("GPU up (NVML answers)", targets((f"gpunet_gpu_up{{{GPU}}}", "{{instance}} GPU {{gpu}}")),
+                       "", w=24, h=6, mappings=UP_MAPPING),
+    ]
+    return dashboard("gpunet-node", "gpunet / Node drill-down",
+                     "One node (pick $instance): every NIC and GPU counter the exporter has.",
+                     panels, ["gpunet", "gpu", "network"])
+
+
+def exporter() -> dict:
+    COL = NODE
+    panels = [
+        stat("Collectors down", f"count(gpunet_exporter_collector_up{{{COL}}} == 0) or vector(0)", "short",
+             "Collectors whose last run met an error, all selected nodes.", thresholds=[(None, "green"), (1, "red")]),
+        stat("Exporters up", f'sum(up{{{COL}}})', "short", "Prometheus' own up series for the exporter targets."),
+        stat("Late ticks /s", f"sum(rate(gpunet_exporter_ticks_late_total{{{COL}}}[{RI}]))", "short",
+             "Ticks that started more than one interval late.", thresholds=[(None, "green"), (0.01, "orange")]),
+        stat("Collector errors /s", f"sum(rate(gpunet_exporter_collector_errors_total{{{COL}}}[{RI}]))", "short",
+             "", thresholds=[(None, "green"), (0.01, "red")]),
+        state_timeline("Collectors up", targets((f"gpunet_exporter_collector_up{{{COL}}}",
+                                                 "{{instance}} {{collector}}")),
+                       "1 when the collector's last run read every source without error.", w=24, h=10,
+                       mappings=UP_MAPPING),
+        timeseries("Collector duration",
+                   targets((f"gpunet_exporter_collector_duration_seconds{{{COL}}}", "{{instance}} {{collector}}")),
+                   "s", "How long each collector's last run took.", w=12),
+        timeseries("Collector errors",
+                   targets((f"rate(gpunet_exporter_collector_errors_total{{{COL}}}[{RI}])",
+                            "{{instance}} {{collector}}")),
+                   "short", "Source errors per second: unreadable or malformed value, device gone.", w=12),
+        timeseries("Ticks",
+                   targets((f"rate(gpunet_exporter_ticks_total{{{COL}}}[{RI}])", "{{instance}} {{tick}}"),
+                           (f"1 / gpunet_exporter_tick_interval_seconds{{{COL}}}", "{{instance}} {{tick}} configured")),
+                   "short", "Ticks per second against the configured rate.", w=12),
+        timeseries("Late ticks",
+                   targets((f"rate(gpunet_exporter_ticks_late_total{{{COL}}}[{RI}])", "{{instance}} {{tick}}")),
+                   "short", "A tick that overran delays the next: slow sysfs, hung NVML.", w=12),
+        timeseries("Collector last run age",
+                   targets((f"time() - gpunet_exporter_collector_last_run_timestamp_seconds{{{COL}}}",
+                            "{{instance}} {{collector}}")),
+                   "s", "Seconds since the collector last ran (grows when a sampler thread is stuck).", w=12),
+        timeseries("Scrape duration", targets((f"scrape_duration_seconds{{{COL}}}", "{{instance}}")),
+                   "s", "How long Prometheus took to scrape the exporter (it renders cached samples: stays small).",
+                   w=12),
+        timeseries("Process CPU", targets((f"rate(process_cpu_seconds_total{{{COL}}}[{RI}])", "{{instance}}")),
+                   "percentunit", "CPU cores used by the exporter process.", w=12),
+        timeseries("Process RSS", targets((f"process_resident_memory_bytes{{{COL}}}", "{{instance}}")),
+                   "bytes", "", w=12),
+        table("Exporter versions", [target(f"gpunet_exporter_build_info{{{COL}}}", "", instant=True, fmt="table")],
+              "", w=24, h=6),
+    ]
+    return dashboard("gpunet-exporter", "gpunet / Exporter health",
+                     "Is the exporter itself working: collectors, ticks, scrapes, its own CPU and memory.",
+                     panels, ["gpunet", "exporter"])
+
+
+DASHBOARDS = {"gpunet-cluster.json": cluster, "gpunet-node.json": node, "gpunet-exporter.json": exporter}
+
+
+def render(make) -> str:
+    return json.dumps(make(), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    stale = []
+    for name, make in DASHBOARDS.items():
+        text = render(make)
+        path = HERE / name
+        if check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(name)
+        else:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path}")
+    if stale:
+        print("stale (run python dashboards/build.py): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
