@@ -31,7 +31,9 @@ MAX_SUSPECTS = 64
 
 
 def _regex_escape(value: str) -> str:
-    return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", value)
+    """A literal inside a PromQL regex inside a PromQL string: the regex escape's backslash
+    is itself escaped for the string (`dgx001\\.cluster`)."""
+    return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\\\1", value)
 
 
 class _Queries:
