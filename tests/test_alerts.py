@@ -72,6 +72,26 @@ def test_promtool_unit_tests_cover_every_alert_firing_and_silent():
     assert alerts - silent == set(), "alerts without a not-firing test case"
 
 
+def test_every_alert_has_its_runbook_section():
+    runbook = (REPO / "docs" / "runbook.md").read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^#{2,3} (.+)$", runbook, re.M)}
+    text = RULES.read_text()
+    alerts = re.findall(r"^\s*- alert:\s*(\S+)", text, re.M)
+    urls = re.findall(r'runbook_url:\s*"docs/runbook\.md#([^"]+)"', text)
+    assert len(urls) == len(alerts) == len(set(urls))
+    assert [a.lower() for a in alerts] == urls
+    assert set(urls) <= anchors, set(urls) - anchors
+    for alert in alerts:  # each section says why its threshold is where it is
+        section = runbook.split(f"## {alert}\n", 1)[1].split("\n## ", 1)[0]
+        for part in ("**Means.**", "**Threshold.**", "**Check.**", "**Do.**"):
+            assert part in section, (alert, part)
+    # every rule carries severity and the annotations an on-call engineer reads
+    for block in re.split(r"^\s*- alert:", text, flags=re.M)[1:]:
+        assert re.search(r"severity: (page|ticket)\n", block), block
+        assert "summary:" in block and "description:" in block and "{{ $labels.instance }}" in block, block
+
+
 # ---------------------------------------------------------------- on the committed traces
 
 def _query_range(url: str, expr: str, start: float, end: float, step: float) -> list[dict]:
