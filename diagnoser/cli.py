@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     add_connection_arguments(p)
     p.add_argument("--fail-on-findings", action="store_true", help="exit 3 when something was found")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
     return p
 
 
@@ -69,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     if not frame.has_gpus:
         notes.append("no GPU series: network conditions are reported, their GPU impact is unknown")
     doc = to_json(features, incidents, notes)
+    if args.html:
+        from diagnoser.html import render
+
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(render(features, doc))
     print(dumps(doc) if args.format == "json" else to_text(doc, markdown=args.format == "markdown"), end="")
     return 3 if args.fail_on_findings and doc["findings"] else 0
 

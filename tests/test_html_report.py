@@ -1,0 +1,43 @@
+"""diagnose --html: a self-contained page whose charts really render (headless Chromium)."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from test_diagnoser import REPO, diagnose
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_html_report_is_self_contained_with_the_charts(tmp_path):
+    page = tmp_path / "report.html"
+    result = diagnose("--replay", str(REPO / "replay_data" / "two_incidents.om.gz"), "--html", str(page))
+    assert result.returncode == 0, result.stderr
+    text = page.read_text()
+    assert 'id="gpu-time"' in text and 'class="layer-paused"' in text and 'class="finding"' in text
+    assert 'id="culprit-1"' in text and 'id="culprit-2"' in text  # pfc_storm and gpu_throttle vs peers
+    assert "node-002:9845" in text and "node-005:9845" in text
+    assert not re.search(r'(src|href)="https?://', text) and "<script" not in text  # nothing to fetch
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
+def test_charts_render_in_a_browser(tmp_path):
+    matplotlib_image = pytest.importorskip("matplotlib.image")
+    page, shot = tmp_path / "report.html", tmp_path / "shot.png"
+    assert diagnose("--replay", str(REPO / "replay_data" / "two_incidents.om.gz"), "--html",
+                    str(page)).returncode == 0
+    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1000,1400",
+                    page.as_uri()], capture_output=True, timeout=120)
+    assert shot.exists(), "chromium took no screenshot"
+    pixels = matplotlib_image.imread(str(shot))[..., :3]
+    # The chart area (the top of the page) is drawn: many colours, and the stacked GPU-time
+    # chart's busy blue (#4c78a8) and paused red (#e45756) both appear.
+    top = pixels[80:330, 50:850].reshape(-1, 3)
+    colours = {tuple((c * 255).round().astype(int)) for c in top[::7]}
+    assert len(colours) > 20, "the page looks blank"
+    near = lambda rgb: (abs(top * 255 - rgb).sum(axis=1) < 40).mean()  # noqa: E731
+    assert near((0x4C, 0x78, 0xA8)) > 0.05 and near((0xE4, 0x57, 0x56)) > 0.01
