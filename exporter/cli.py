@@ -17,7 +17,8 @@ from exporter.readers.nvml import FixtureGpus, NvmlGpus
 from exporter.registry import Registry
 from exporter.root import Root
 from exporter.sampler import Sampler
-from exporter.server import make_app
+from exporter.server import Access, make_app
+from exporter.webconfig import WebConfig, WebConfigError
 from gpunet import __version__
 from gpunet.contract import DEFAULT_PORT
 
@@ -78,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read GPUs from this nvml.json (contract section 6) while reading the real network: "
                         "for tests and demos")
     p.add_argument("--no-gpu", action="store_true", help="do not collect GPU metrics (a node without GPUs)")
+    p.add_argument("--web.config.file", dest="web_config_file", default=None, metavar="FILE",
+                   help="TLS and basic auth, in the Prometheus exporter-toolkit format (node_exporter's); "
+                        "SIGHUP reloads it")
+    p.add_argument("--web.max-requests", dest="web_max_requests", type=int, default=40,
+                   help="concurrent requests served; more get 503 (default 40)")
     p.add_argument("--duration", type=float, default=1.0, help="seconds to sample for 'scrape' (default 1)")
     p.add_argument("--openmetrics", action="store_true", help="'scrape' prints OpenMetrics")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -106,19 +112,37 @@ def gpu_source(args: argparse.Namespace, root: Root) -> GpuSource | None:
 
 
 async def serve(args: argparse.Namespace) -> None:
+    web_config = WebConfig.load(args.web_config_file) if args.web_config_file else None
+    ssl_context = web_config.ssl_context() if web_config else None
+    access = Access(web_config, args.web_max_requests)
     registry = Registry(args.root)
     sampler = make_sampler(args, registry)
     await sampler.start()
-    runner = web.AppRunner(make_app(registry, sampler), access_log=None)
+    runner = web.AppRunner(make_app(registry, sampler, access), access_log=None)
     await runner.setup()
     host, port = args.listen
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     await site.start()
+
+    def reload() -> None:
+        if not args.web_config_file:
+            return
+        try:
+            fresh = WebConfig.load(args.web_config_file)
+            if ssl_context is not None:
+                fresh.ssl_context(ssl_context)  # new connections get the new certificates
+            elif fresh.tls:
+                raise WebConfigError("TLS cannot be switched on by a reload: restart the exporter")
+            access.web_config = fresh
+            log.info("reloaded %s", args.web_config_file)
+        except WebConfigError as e:
+            log.error("reload refused, keeping the previous web config: %s", e)
     log.info("gpunet-exporter %s serving http://%s:%d/metrics (root %s)", __version__, host, port, args.root)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload)
     await stop.wait()
     log.info("stopping")
     await runner.cleanup()
@@ -154,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         asyncio.run(serve(args))
+    except WebConfigError as e:
+        log.error("%s", e)
+        return 1
     except OSError as e:
         log.error("cannot serve on %s:%d: %s", *args.listen, e.strerror or e)
         return 1

@@ -12,6 +12,9 @@ import math
 from typing import Iterable
 
 MAX_PREFIXES = 200_000  # a bound on the cache, should label values churn
+# Label values come from the system (interface names, driver and model strings): bounded,
+# so a strange driver cannot blow up every scrape.
+MAX_LABEL_VALUE = 128
 
 
 def escape_label(value: str) -> str:
@@ -51,7 +54,8 @@ class Renderer:
             if len(self._prefixes) > MAX_PREFIXES:
                 self._prefixes.clear()
             if names:
-                labels = ",".join(f'{n}="{escape_label(v)}"' for n, v in sorted(zip(names, values)))
+                labels = ",".join(f'{n}="{escape_label(v[:MAX_LABEL_VALUE])}"'
+                                  for n, v in sorted(zip(names, values)))
                 prefix = f"{sample}{{{labels}}} "
             else:
                 prefix = f"{sample} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from aiohttp import web
@@ -23,7 +24,32 @@ def wants_gzip(accept_encoding: str) -> bool:
     return any(part.split(";")[0].strip() == "gzip" for part in accept_encoding.split(","))
 
 
-def make_app(registry: Registry, sampler: Sampler | None = None) -> web.Application:
+MAX_REQUEST_BYTES = 16 * 1024  # a scrape has no body
+
+
+class Access:
+    """What the server checks on every request; replaced whole on SIGHUP."""
+
+    def __init__(self, web_config=None, max_requests: int = 40):
+        self.web_config = web_config
+        self.in_flight = asyncio.Semaphore(max_requests)
+
+
+def make_app(registry: Registry, sampler: Sampler | None = None, access: Access | None = None) -> web.Application:
+    access = access or Access()
+
+    @web.middleware
+    async def guard(request: web.Request, handler):
+        config = access.web_config
+        if config is not None and config.users and not config.authorised(request.headers.get("Authorization")):
+            return web.Response(status=401, text="Unauthorized\n",
+                                headers={"WWW-Authenticate": 'Basic realm="gpunet-exporter"'})
+        if access.in_flight.locked():
+            # node_exporter's --web.max-requests: shed load rather than queue scrapes.
+            return web.Response(status=503, text="too many concurrent requests\n")
+        async with access.in_flight:
+            return await handler(request)
+
     async def metrics(request: web.Request) -> web.Response:
         openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
         gzipped = wants_gzip(request.headers.get("Accept-Encoding", ""))
@@ -44,7 +70,7 @@ def make_app(registry: Registry, sampler: Sampler | None = None) -> web.Applicat
     async def index(request: web.Request) -> web.Response:
         return web.Response(body=INDEX, content_type="text/html")
 
-    app = web.Application()
+    app = web.Application(middlewares=[guard], client_max_size=MAX_REQUEST_BYTES)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/", index)
