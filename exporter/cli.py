@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import re
 import signal
 import sys
 
+import yaml
 from aiohttp import web
 
 from exporter.collectors.gpu import GpuSource
@@ -87,8 +89,59 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=1.0, help="seconds to sample for 'scrape' (default 1)")
     p.add_argument("--openmetrics", action="store_true", help="'scrape' prints OpenMetrics")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--config", default=None, metavar="YAML",
+                   help="settings file whose keys are the flags' names (fast-interval: 0.5, link-speed: "
+                        "[veth0=200Mbit], web.config.file: /etc/gpunet/web.yml); flags override it, and "
+                        "GPUNET_<FLAG> environment variables (GPUNET_FAST_INTERVAL) sit between the two")
     p.add_argument("--version", action="version", version=f"gpunet-exporter {__version__}")
     return p
+
+
+def env_name(flag: str) -> str:
+    """--web.config.file -> GPUNET_WEB_CONFIG_FILE"""
+    return "GPUNET_" + flag.lstrip("-").replace(".", "_").replace("-", "_").upper()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Flags, then GPUNET_* environment variables, then the --config file, then defaults:
+    the same names everywhere."""
+    parser = build_parser()
+    first, _ = parser.parse_known_args(argv)
+    settings: dict[str, object] = {}
+    config_path = first.config or os.environ.get("GPUNET_CONFIG")
+    if config_path:
+        try:
+            loaded = yaml.safe_load(open(config_path, encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as e:
+            parser.error(f"--config {config_path}: {e}")
+        if not isinstance(loaded, dict):
+            parser.error(f"--config {config_path}: expected a mapping of flag names to values")
+        settings.update({str(k): v for k, v in loaded.items()})
+    by_flag = {opt.lstrip("-"): action for action in parser._actions for opt in action.option_strings
+               if opt.startswith("--")}
+    for flag, action in by_flag.items():
+        if env_name(flag) in os.environ:
+            value = os.environ[env_name(flag)]
+            settings[flag] = value.split(",") if isinstance(action, argparse._AppendAction) else value
+    defaults = {}
+    for key, value in settings.items():
+        action = by_flag.get(key)
+        if action is None or key in ("config", "help", "version"):
+            parser.error(f"unknown setting {key!r} (in --config or GPUNET_* variables)")
+        if isinstance(action, argparse._StoreTrueAction):
+            value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+        else:
+            try:
+                if isinstance(action, argparse._AppendAction):
+                    values = value if isinstance(value, list) else [value]
+                    value = [action.type(str(v)) if action.type else v for v in values]
+                elif action.type is not None:
+                    value = action.type(str(value))
+            except (argparse.ArgumentTypeError, ValueError) as e:
+                parser.error(f"setting {key}: {e}")
+        defaults[action.dest] = value
+    parser.set_defaults(**defaults)
+    return parser.parse_args(argv)
 
 
 def make_sampler(args: argparse.Namespace, registry: Registry) -> Sampler:
@@ -159,7 +212,7 @@ async def scrape_once(args: argparse.Namespace) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     if args.command == "snapshot":

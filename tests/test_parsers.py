@@ -69,3 +69,33 @@ def test_listen_addresses():
     assert parse_listen(":9845") == ("0.0.0.0", 9845)
     assert parse_listen("127.0.0.1:1") == ("127.0.0.1", 1)
     assert parse_listen("[::1]:9845") == ("::1", 9845)
+
+
+def test_settings_from_file_environment_and_flags_with_the_same_names(tmp_path, monkeypatch):
+    from exporter.cli import parse_args
+
+    config = tmp_path / "gpunet.yml"
+    config.write_text("fast-interval: 0.5\nslow-interval: 3\nlink-speed: [veth0=200Mbit]\nno-gpu: true\n"
+                      "web.config.file: /etc/gpunet/web.yml\n")
+    args = parse_args(["--config", str(config)])
+    assert (args.fast_interval, args.slow_interval, args.no_gpu, args.web_config_file) == \
+        (0.5, 3.0, True, "/etc/gpunet/web.yml")
+    assert args.link_speed == [("veth0", 25e6)]
+    monkeypatch.setenv("GPUNET_SLOW_INTERVAL", "2")
+    monkeypatch.setenv("GPUNET_LISTEN", "127.0.0.1:19845")
+    args = parse_args(["--config", str(config), "--fast-interval", "0.1"])
+    assert (args.fast_interval, args.slow_interval, args.listen) == (0.1, 2.0, ("127.0.0.1", 19845))
+
+
+def test_unknown_or_bad_settings_are_refused(tmp_path, capsys):
+    from exporter.cli import parse_args
+
+    config = tmp_path / "gpunet.yml"
+    config.write_text("fast-intervall: 0.5\n")
+    with pytest.raises(SystemExit):
+        parse_args(["--config", str(config)])
+    assert "unknown setting 'fast-intervall'" in capsys.readouterr().err
+    config.write_text("link-speed: [veth0=200]\n")
+    with pytest.raises(SystemExit):
+        parse_args(["--config", str(config)])
+    assert "say the unit" in capsys.readouterr().err
