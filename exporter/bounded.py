@@ -3,8 +3,8 @@
 A tick's calls run one after another on one worker thread (one hand-off per tick, not
 one per GPU). If the batch overruns its limit, the key being called is marked hung, the
 worker is abandoned to finish that call on its own (it makes no further calls), and the
-next batch runs on a fresh worker without the hung key until its call returns. So one
-stuck GPU never holds up the tick or the other GPUs.
+calls left run at once on a fresh worker; later ticks skip the hung key until its call
+returns. So one stuck GPU or file never holds up the tick or the others.
 """
 
 from __future__ import annotations
@@ -43,31 +43,39 @@ class BoundedCalls:
         if not todo:
             return results
         done: dict[Hashable, object] = {}
-        current: list[Hashable | None] = [None]
-        abandoned = threading.Event()
+        # Each round runs what is left; a round that overruns sets the hung key aside and
+        # the rest gets a fresh round, so one stuck call costs one time limit, not the tick.
+        for _ in range(len(todo)):
+            pending = [(k, fn) for k, fn in todo if k not in done and k not in self._stuck]
+            if not pending:
+                break
+            current: list[Hashable | None] = [None]
+            abandoned = threading.Event()
 
-        def batch() -> None:
-            for key, fn in todo:
-                if abandoned.is_set():
-                    return
-                current[0] = key
-                try:
-                    done[key] = fn()
-                except Exception as e:  # noqa: BLE001 - handed to the caller as the result
-                    done[key] = e
-            current[0] = None
+            def batch(pending=pending, current=current, abandoned=abandoned) -> None:
+                for key, fn in pending:
+                    if abandoned.is_set():
+                        return
+                    current[0] = key
+                    try:
+                        done[key] = fn()
+                    except Exception as e:  # noqa: BLE001 - handed to the caller as the result
+                        done[key] = e
+                current[0] = None
 
-        future = self._lane.submit(batch)
-        try:
-            future.result(timeout=timeout)
-        except cf.TimeoutError:
-            abandoned.set()
-            hung = current[0]
-            if hung is not None:
+            future = self._lane.submit(batch)
+            try:
+                future.result(timeout=timeout)
+                break
+            except cf.TimeoutError:
+                abandoned.set()
+                hung = current[0]
+                self._lane.shutdown(wait=False)
+                self._lane = self._new_lane()
+                if hung is None:
+                    break
                 self._stuck[hung] = future
                 self._suspects.add(hung)
-            self._lane.shutdown(wait=False)
-            self._lane = self._new_lane()
         finished = dict(done)
         for key, _ in todo:
             results[key] = finished.get(key, Hung(f"no answer within {timeout:.2f}s"))

@@ -17,6 +17,7 @@ import time
 import threading
 from dataclasses import replace
 
+from exporter.bounded import BoundedCalls
 from exporter.collectors.driver_stats import DriverStatsCollector
 from exporter.collectors.gpu import GpuActivityCollector, GpuSource
 from exporter.collectors.gpu_details import GpuDetailsCollector
@@ -60,6 +61,7 @@ class Sampler:
         self._counters: dict[str, MonotonicCounters] = {}
         self._logged: dict[str, str] = {}  # problem -> collector that first met it
         self._failing: set[str] = set()
+        self._slow_calls = BoundedCalls("gpunet-slow-collectors")
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.last_fast_tick = time.monotonic()
@@ -74,8 +76,16 @@ class Sampler:
             errors.append(e if isinstance(e, SourceError) else SourceError("inventory", repr(e)))
         self._report("inventory", [], time.perf_counter() - started, errors)
         ctx = TickContext(time.monotonic() if now is None else now, self.nics)
+        # A source that blocks (a sysfs read stuck in a driver) costs its own collector only:
+        # the calls are time-bounded and a hung collector is set aside until it returns.
+        results = self._slow_calls.run({c.name: (lambda c=c: self._collect(c, ctx)) for c in self.slow},
+                                       timeout=max(2 * self.slow_interval, 1.0))
         for collector in self.slow:
-            self._run(collector, ctx)
+            result = results.get(collector.name)
+            if isinstance(result, tuple):
+                self._publish(collector, *result)
+            else:
+                self._publish(collector, [], [SourceError(collector.name, f"collector hung: {result}")], 0.0)
 
     def fast_tick(self, now: float | None = None) -> None:
         """One fast tick; `now` (monotonic seconds) lets tests run ticks on a clock of their own."""
@@ -90,6 +100,9 @@ class Sampler:
             self._run(collector, ctx)
 
     def _run(self, collector: Collector, ctx: TickContext) -> list[Sample]:
+        return self._publish(collector, *self._collect(collector, ctx))
+
+    def _collect(self, collector: Collector, ctx: TickContext) -> tuple[list[Sample], list[SourceError], float]:
         started = time.perf_counter()
         errors: list[SourceError] = []
         try:
@@ -101,9 +114,13 @@ class Sampler:
             log.exception("collector %s failed", collector.name)
             errors.append(SourceError(collector.name, repr(e)))
             samples = []
+        return samples, errors, time.perf_counter() - started
+
+    def _publish(self, collector: Collector, samples: list[Sample], errors: list[SourceError],
+                 duration: float) -> list[Sample]:
         counters = self._counters.setdefault(collector.name, MonotonicCounters())
         samples = counters.apply(samples)
-        self._report(collector.name, samples, time.perf_counter() - started, errors)
+        self._report(collector.name, samples, duration, errors)
         return samples
 
     def _report(self, name: str, samples: list[Sample], duration: float, errors: list[SourceError]) -> None:
@@ -156,6 +173,7 @@ class Sampler:
         self._stop.set()
         for thread in self._threads:
             await asyncio.to_thread(thread.join, 5.0)
+        self._slow_calls.close()
         for collector in [self.wire, *self.fast, *self.slow, self.gpus]:
             close = getattr(collector, "close", None)
             if close is not None:

@@ -217,3 +217,29 @@ def test_broken_node_loses_only_what_is_broken():
     devices = {dict(k)["device"] for k in node.series("gpunet_nic_info")}
     healthy = [d for d in devices if node.value("gpunet_nic_up", device=d) is not None]
     assert healthy  # the NICs that read fine keep their series
+
+
+def test_a_source_that_blocks_costs_only_its_collector(node_copy):
+    """A read that never returns (a FIFO stands in for a sysfs file stuck in a driver):
+    the netdev collector is set aside as hung, the others go on, the tick is not held."""
+    import os
+    import time
+
+    root = node_copy("roce-mlx5")
+    stat = root / "sys/class/net/eno1/statistics/rx_dropped"
+    node = Node(root, slow_interval=0.2).tick()
+    stat.unlink()
+    os.mkfifo(stat)  # open() blocks until a writer comes: none will, until the test ends
+    try:
+        started = time.monotonic()
+        node.tick(slow=True, fast=False)
+        assert time.monotonic() - started < 2.0
+        assert node.value("gpunet_exporter_collector_up", collector="netdev") == 0.0
+        assert node.value("gpunet_exporter_collector_up", collector="tcp") == 1.0
+        assert node.value("gpunet_tcp_sent_segments_total") is not None
+        node.tick(slow=True, fast=True)  # still hung: set aside, the rest goes on
+        assert node.value("gpunet_exporter_collector_up", collector="rdma") == 1.0
+        assert node.value("gpunet_nic_transmit_bytes_total", device="ens1f0np0") is not None
+    finally:
+        with open(stat, "w"):  # release the blocked reader
+            pass

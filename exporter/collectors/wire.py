@@ -72,7 +72,7 @@ class WireCollector:
             except SourceError as e:
                 errors.append(e)
         if via_netdev:
-            links = self.netdev.links([n.netdev for n in via_netdev], errors)
+            links = self.netdev.links([n.netdev for n in via_netdev], errors, ("rx_bytes", "tx_bytes"))
             for nic in via_netdev:
                 link = links.get(nic.netdev)
                 if link is None:

@@ -50,19 +50,21 @@ class NetdevReader:
             self._ipr.close()
             self._ipr = None
 
-    def links(self, names: list[str], errors: list[SourceError]) -> dict[str, LinkState]:
-        """State of the named links; a link that cannot be read is left out, with an error."""
+    def links(self, names: list[str], errors: list[SourceError],
+              stats: tuple[str, ...] = STAT_NAMES) -> dict[str, LinkState]:
+        """State of the named links (with the `stats` wanted, from sysfs); a link that cannot
+        be read is left out, with an error."""
         if self.root.is_live:
             return self._links_netlink(names, errors)
         out = {}
         for name in names:
             try:
-                out[name] = self._link_sysfs(name, errors)
+                out[name] = self._link_sysfs(name, errors, stats)
             except SourceError as e:
                 errors.append(e)
         return out
 
-    def _link_sysfs(self, name: str, errors: list[SourceError]) -> LinkState:
+    def _link_sysfs(self, name: str, errors: list[SourceError], stats: tuple[str, ...]) -> LinkState:
         base = f"{NET}/{name}"
         if not self.root.exists(base):
             raise SourceError(str(self.root.path(base)), "network device vanished")
@@ -73,7 +75,7 @@ class NetdevReader:
         st.carrier = int(carrier) if carrier in ("0", "1") else 0
         st.carrier_changes = self.root.read_int_if_present(f"{base}/carrier_changes")
         st.mtu = self.root.read_int_if_present(f"{base}/mtu")
-        for stat in STAT_NAMES:
+        for stat in stats:
             try:
                 value = self.root.read_int_if_present(f"{base}/statistics/{stat}")
             except SourceError as e:  # costs this statistic only
