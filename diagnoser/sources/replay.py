@@ -32,6 +32,7 @@ class RawSeries:
     labels: dict[str, str]
     timestamps: np.ndarray  # seconds
     values: np.ndarray
+    line: int = 0  # where its first sample is
 
 
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
@@ -64,46 +65,104 @@ def _open(path: Path):
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
+MAX_WARNINGS = 5  # of one kind; the rest are counted in one closing line
+MAX_NAMED = 3
+MAX_INSTANCES = 10_000  # nodes in one trace
+MAX_PER_INSTANCE = 256  # NICs, and GPUs, of one node  # series outside the contract named in the warning that counts them
+
+
+class _Warnings:
+    """Bounded warnings: a hostile trace can hold millions of damaged series."""
+
+    def __init__(self, path: Path, warn: Callable[[str], None]):
+        self.path, self.warn, self.counts = path, warn, {}
+
+    def __call__(self, kind: str, message: str) -> None:
+        n = self.counts[kind] = self.counts.get(kind, 0) + 1
+        if n <= MAX_WARNINGS:
+            self.warn(message)
+
+    def close(self) -> None:
+        for kind, n in self.counts.items():
+            if n > MAX_WARNINGS:
+                self.warn(f"{self.path}: {n - MAX_WARNINGS} more series with {kind} (warned for the first "
+                          f"{MAX_WARNINGS})")
+
+
 def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
                warn: Callable[[str], None] | None = None) -> Iterator[RawSeries]:
     """Yield the series of the wanted sample names. Raises TraceError on what cannot be
-    read; duplicate or out-of-order samples are dropped with a warning, never fatal."""
+    read (a line too long, a sample without timestamp, malformed labels, a broken
+    compressed stream); recoverable damage is repaired with a warning naming file, line
+    and series, never fatal: duplicate or out-of-order samples, NaN/Inf values or
+    timestamps, negative counters, samples outside their family's block. Series outside
+    the gpunet contract are skipped and counted."""
     path = Path(path)
-    warn = warn or (lambda message: None)
+    notes = _Warnings(path, warn or (lambda message: None))
     wanted = wanted or (lambda name: True)
     lineno = 0
     key: bytes | None = None
+    key_line = 0  # line of the current series' first sample
     skip_family = False
+    family_b = b""
     values: list[bytes] = []
     stamps: list[bytes] = []
     seen_eof = False
-    warned_order = 0
+    unknown = 0
+    unknown_first = 0
+    unknown_named: list[str] = []
+
+    def outside_contract(line: int, name: str) -> None:
+        nonlocal unknown, unknown_first
+        unknown += 1
+        unknown_first = unknown_first or line
+        if len(unknown_named) < MAX_NAMED:
+            unknown_named.append(f"{name[:80]} (line {line})")
 
     def flush() -> RawSeries | None:
-        nonlocal warned_order
         if key is None or not values:
             return None
+        name = key.partition(b"{")[0].decode("utf-8", "replace")
+        if not wanted(name):
+            if not name.startswith("gpunet_"):
+                outside_contract(key_line, name)
+            return None
+        where = f"{path}:{key_line}"
         try:
             name, labels = parse_series(key.decode("utf-8", "replace"))
         except ValueError as e:
-            raise TraceError(f"{path}:{lineno}: {e}: {key[:120]!r}") from None
+            raise TraceError(f"{where}: {e}: {key[:120]!r}") from None
         try:
             v = np.array(values).astype(np.float64)
             t = np.array(stamps).astype(np.float64)
         except ValueError:
             bad = next(i for i, (a, b) in enumerate(zip(values, stamps)) if not _is_number(a) or not _is_number(b))
-            raise TraceError(f"{path}:{lineno - len(values) + bad}: not a number: "
+            raise TraceError(f"{path}:{key_line + bad}: not a number: "
                              f"{values[bad][:40]!r} {stamps[bad][:40]!r}") from None
-        if len(t) > 1 and not np.all(np.diff(t) > 0):
-            order = np.argsort(t, kind="stable")
-            t, v = t[order], v[order]
-            keep = np.concatenate(([True], np.diff(t) > 0))
-            if warned_order < 5:
-                warn(f"{path}: {key[:100].decode(errors='replace')}: {len(keep) - keep.sum()} duplicate or "
-                     f"out-of-order samples dropped")
-            warned_order += 1
-            t, v = t[keep], v[keep]
-        return RawSeries(name, labels, t, v)
+        series = key[:100].decode("utf-8", "replace")
+        bad = ~(np.isfinite(t) & np.isfinite(v))
+        if name.endswith("_total"):
+            bad |= v < 0  # a counter never goes negative; a reset goes to zero
+        if bad.any():
+            first = int(np.argmax(bad))
+            notes("NaN/Inf/negative samples", f"{where}: {series}: {int(bad.sum())} samples with a NaN, infinite "
+                  f"or negative value or timestamp dropped (the first at line {key_line + first})")
+            t, v = t[~bad], v[~bad]
+        if len(t) > 1:
+            step = np.diff(t)
+            if not np.all(step > 0):
+                what = []
+                if np.any(step < 0):
+                    order = np.argsort(t, kind="stable")
+                    t, v = t[order], v[order]
+                    step = np.diff(t)
+                    what.append("samples out of order (sorted)")
+                keep = np.concatenate(([True], step > 0))
+                if not keep.all():
+                    what.append(f"{len(keep) - int(keep.sum())} duplicate timestamps dropped (the first kept)")
+                    t, v = t[keep], v[keep]
+                notes("duplicate or out-of-order samples", f"{where}: {series}: {', '.join(what)}")
+        return RawSeries(name, labels, t, v, key_line)
 
     try:
         with _open(path) as f:
@@ -112,46 +171,72 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
                 block = f.read(BLOCK)
                 if not block:
                     break
-                lines = (tail + block).split(b"\n")
+                chunk = tail + block
+                lines = chunk.split(b"\n")
                 tail = lines.pop()
+                if len(chunk) > MAX_LINE and max(map(len, lines), default=0) > MAX_LINE:
+                    long = next(i for i, line in enumerate(lines) if len(line) > MAX_LINE)
+                    raise TraceError(f"{path}:{lineno + long + 1}: a line of over {MAX_LINE} bytes")
                 if len(tail) > MAX_LINE:
                     raise TraceError(f"{path}:{lineno + len(lines) + 1}: a line of over {MAX_LINE} bytes")
+                del chunk
                 for line in lines:
                     lineno += 1
                     if not line:
                         continue
                     if line[0] == 35:  # '#'
                         if line.startswith(b"# TYPE "):
-                            family = line.split(b" ", 3)[2].decode()
+                            fields = line.split(b" ", 3)
+                            family_b = fields[2] if len(fields) > 2 else b""
+                            family = family_b.decode("utf-8", "replace")
                             skip_family = not (wanted(family) or wanted(family + "_total"))
+                            if skip_family and not family.startswith("gpunet_"):
+                                outside_contract(lineno, family)
                         elif line.startswith(b"# EOF"):
                             seen_eof = True
                         continue
                     if skip_family:
-                        continue
+                        if line.startswith(family_b):
+                            continue
+                        # A sample outside its family's block (no TYPE line of its own).
+                        family_b = line.split(b"{", 1)[0].split(b" ", 1)[0]
+                        family = family_b.decode("utf-8", "replace")
+                        skip_family = not wanted(family)
+                        if skip_family:
+                            if not family.startswith("gpunet_"):
+                                outside_contract(lineno, family)
+                            continue
+                        notes("samples outside their family's block", f"{path}:{lineno}: samples of {family[:80]} "
+                              f"outside their family's '# TYPE' block: read")
                     parts = line.rsplit(b" ", 2)
                     if len(parts) != 3:
                         raise TraceError(f"{path}:{lineno}: expected 'series value timestamp' "
                                          f"(every sample of a trace has a timestamp): {line[:120]!r}")
                     if parts[0] != key:
                         series = flush()
-                        if series is not None and wanted(series.name):
+                        if series is not None:
                             yield series
-                        key, values, stamps = parts[0], [], []
+                        key, key_line, values, stamps = parts[0], lineno, [], []
                     values.append(parts[1])
                     stamps.append(parts[2])
-            if tail.strip():
+            if tail.strip() == b"# EOF":
+                seen_eof = True  # the last line without its newline
+            elif tail.strip():
                 raise TraceError(f"{path}:{lineno + 1}: the file ends in the middle of a line (truncated?)")
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise TraceError(f"{path}: compressed stream broken after line {lineno} ({e}): truncated or corrupt "
-                         f"file") from None
+        raise TraceError(f"{path}:{lineno + 1}: compressed stream broken after line {lineno} ({e}): truncated "
+                         f"or corrupt file") from None
     except OSError as e:
         raise TraceError(f"{path}: {e.strerror or e}") from None
     series = flush()
-    if series is not None and wanted(series.name):
+    if series is not None:
         yield series
+    if unknown:
+        notes("series outside the contract", f"{path}:{unknown_first}: {unknown} series or families outside the gpunet "
+              f"contract skipped: {', '.join(unknown_named)}{', ...' if unknown > len(unknown_named) else ''}")
     if not seen_eof:
-        warn(f"{path}: no '# EOF' line: the trace may be truncated after line {lineno}")
+        notes("no EOF", f"{path}: no '# EOF' line: the trace may be truncated after line {lineno}")
+    notes.close()
 
 
 def _is_number(text: bytes) -> bool:
@@ -160,6 +245,74 @@ def _is_number(text: bytes) -> bool:
         return True
     except ValueError:
         return False
+
+
+def _merge_repeated(stream: Iterator[RawSeries], notes: _Warnings) -> list[RawSeries]:
+    """The series, each once: a series whose samples come in several blocks (a trace
+    concatenated, a family out of place) is merged, not counted twice."""
+    first: dict[tuple, RawSeries] = {}
+    out = []
+    parts: dict[tuple[str, str], set[str]] = {}  # (instance, "device" or "gpu") -> names seen
+    instances: set[str] = set()
+    for s in stream:
+        k = (s.name, tuple(sorted(s.labels.items())))
+        prev = first.get(k)
+        if prev is None:
+            # Bounded memory: the frame holds a row per node, NIC and GPU, whatever a
+            # series' length; millions of one-sample series must not become millions of rows.
+            instance = s.labels.get("instance", "")
+            if instance not in instances:
+                if len(instances) >= MAX_INSTANCES:
+                    notes("an instance over the limit", f"{notes.path}:{s.line}: {s.name}: instance {instance[:80]!r} "
+                          f"dropped: the trace has over {MAX_INSTANCES} instances")
+                    continue
+                instances.add(instance)
+            over = False
+            for label in ("device", "gpu"):
+                if label in s.labels:
+                    seen = parts.setdefault((instance, label), set())
+                    if s.labels[label] not in seen:
+                        if len(seen) >= MAX_PER_INSTANCE:
+                            over = True
+                            notes(f"a {label} over the limit", f"{notes.path}:{s.line}: {s.name}: {label} "
+                                  f"{s.labels[label][:80]!r} of {instance[:80]} dropped: over {MAX_PER_INSTANCE} "
+                                  f"{label}s on one instance")
+                        else:
+                            seen.add(s.labels[label])
+            if over:
+                continue
+            first[k] = s
+            out.append(s)
+            continue
+        series = (s.name + "{" + ",".join(f'{a}="{b}"' for a, b in k[1]) + "}")[:200]
+        notes("samples in several blocks", f"{notes.path}:{s.line}: {series}: the series appears again, apart "
+              f"from its first block at line {prev.line}: merged")
+        t = np.concatenate((prev.timestamps, s.timestamps))
+        v = np.concatenate((prev.values, s.values))
+        order = np.argsort(t, kind="stable")
+        t, v = t[order], v[order]
+        keep = np.concatenate(([True], np.diff(t) > 0))
+        prev.timestamps, prev.values = t[keep], v[keep]
+    notes.close()
+    return out
+
+
+def _time_range(path, series: list[RawSeries], note: Callable[[str], None]) -> tuple[float, float]:
+    """The trace's first and last sample time, ignoring stray samples far outside the time
+    its series cover (a timestamp off by days would stretch the windows over nothing)."""
+    firsts = np.array([s.timestamps[0] for s in series])
+    lasts = np.array([s.timestamps[-1] for s in series])
+    lo, hi = np.percentile(firsts, 1), np.percentile(lasts, 99)
+    margin = max(hi - lo, 3600.0)
+    first = float(firsts[firsts >= lo - margin].min())
+    last = float(lasts[lasts <= hi + margin].max())
+    strays = [s for s in series if s.timestamps[0] < first or s.timestamps[-1] > last]
+    if strays:
+        s = strays[0]
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+        note(f"{path}:{s.line}: {s.name}{{{labels}}}"[:300] + f": samples far outside the trace's time range "
+             f"({first:.0f}..{last:.0f}) ignored" + (f", and in {len(strays) - 1} more series" if len(strays) > 1 else ""))
+    return first, last
 
 
 def frame_from_trace(path: str | Path, since: float | None = None, start: float | None = None,
@@ -174,11 +327,11 @@ def frame_from_trace(path: str | Path, since: float | None = None, start: float 
         if warn:
             warn(message)
 
-    series = list(read_trace(path, lambda name: name in WANTED, note))
+    series = _merge_repeated(read_trace(path, lambda name: name in WANTED, note), _Warnings(Path(path), note))
+    series = [s for s in series if len(s.timestamps)]
     if not series:
         raise TraceError(f"{path}: no gpunet series in the trace")
-    last = max(float(s.timestamps[-1]) for s in series if len(s.timestamps))
-    first = min(float(s.timestamps[0]) for s in series if len(s.timestamps))
+    first, last = _time_range(path, series, note)
     end_t = end if end is not None else last
     start_t = start if start is not None else (end_t - since if since is not None else first)
     start_t = max(start_t, first)
