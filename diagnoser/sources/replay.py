@@ -66,9 +66,9 @@ def _open(path: Path):
 
 
 MAX_WARNINGS = 5  # of one kind; the rest are counted in one closing line
-MAX_NAMED = 3
+MAX_NAMED = 3  # series outside the contract named in the warning that counts them
 MAX_INSTANCES = 10_000  # nodes in one trace
-MAX_PER_INSTANCE = 256  # NICs, and GPUs, of one node  # series outside the contract named in the warning that counts them
+MAX_PER_INSTANCE = 256  # NICs, and GPUs, of one node
 
 
 class _Warnings:

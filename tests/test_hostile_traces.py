@@ -1,0 +1,285 @@
+"""Hostile input to `diagnose --replay` (issue 7): damaged traces built from a committed one.
+
+Recoverable damage (duplicates, samples out of order, NaN/Inf/negative counters, series
+outside the contract, a family split in two) -> exit 0, a warning naming the place, the
+same diagnosis as the clean trace. Fatal damage (truncated gzip, a line of megabytes, a
+sample without timestamp, malformed labels) -> exit 1, one line naming file and line.
+Never a traceback; memory bounded."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from procs import REPO
+
+BASE = REPO / "replay_data" / "pfc_storm.om.gz"
+TX = "gpunet_nic_transmit_bytes_total"
+
+
+def diagnose(*args: str, rss_file=None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "diagnoser.cli", *args]
+    if rss_file is not None:  # peak RSS of the diagnose process alone, in KiB
+        cmd = ["/usr/bin/time", "-f", "%M", "-o", str(rss_file), *cmd]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+@pytest.fixture(scope="module")
+def base_lines() -> list[str]:
+    return gzip.decompress(BASE.read_bytes()).decode().split("\n")
+
+
+@pytest.fixture(scope="module")
+def clean_findings() -> list:
+    result = diagnose("--replay", str(BASE), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return summary(result)
+
+
+def summary(result) -> list:
+    return [(f["class"], f["nodes"]) for f in json.loads(result.stdout)["findings"]]
+
+
+def write(path, lines, gz=True):
+    data = "\n".join(lines).encode()
+    path.write_bytes(gzip.compress(data, 1) if gz else data)
+    return path
+
+
+def series_lines(lines, name, instance="node-001:9845"):
+    """Indexes (0-based) of the lines of the first series of `name` on `instance`."""
+    hits = [i for i, l in enumerate(lines) if l.startswith(name + "{") and f'instance="{instance}"' in l]
+    first = lines[hits[0]].rsplit(" ", 2)[0]
+    return [i for i in hits if lines[i].rsplit(" ", 2)[0] == first]
+
+
+def clean_stderr(result):
+    assert "Traceback" not in result.stderr, result.stderr
+    for line in result.stderr.splitlines():  # every line the diagnoser's own, no numpy/pandas warnings
+        assert line.startswith("diagnose:"), result.stderr
+
+
+def recovered(result, clean_findings, *places):
+    clean_stderr(result)
+    assert result.returncode == 0, result.stderr
+    assert summary(result) == clean_findings
+    warnings = [l for l in result.stderr.splitlines() if "warning" in l]
+    for place in places:
+        assert any(place in w for w in warnings), (place, result.stderr)
+    assert len(warnings) <= 20, result.stderr  # bounded
+    return warnings
+
+
+def fatal(result, place):
+    clean_stderr(result)
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert place in last and len(last) < 400, result.stderr
+    return last
+
+
+# ---- recoverable ----
+
+def test_duplicate_samples_are_dropped_with_a_warning(tmp_path, base_lines, clean_findings):
+    lines = list(base_lines)
+    idx = series_lines(lines, TX)
+    for i in reversed(idx[5:15]):
+        lines.insert(i, lines[i])  # each of 10 samples twice
+    trace = write(tmp_path / "dup.om.gz", lines)
+    result = diagnose("--replay", str(trace), "--format", "json")
+    (w,) = recovered(result, clean_findings, f"{trace}:{idx[0] + 1}", TX)
+    assert "10 duplicate" in w
+
+
+def test_samples_out_of_order_are_sorted_with_a_warning(tmp_path, base_lines, clean_findings):
+    lines = list(base_lines)
+    idx = series_lines(lines, TX)
+    for a in idx[10:30:2]:
+        lines[a], lines[a + 1] = lines[a + 1], lines[a]
+    trace = write(tmp_path / "order.om.gz", lines)
+    result = diagnose("--replay", str(trace), "--format", "json")
+    (w,) = recovered(result, clean_findings, f"{trace}:{idx[0] + 1}", TX)
+    assert "out of order" in w
+
+
+def test_series_repeated_later_is_merged_not_double_counted(tmp_path, base_lines, clean_findings):
+    """The node's transmit bytes appear twice, the second time after other series: summing
+    both would double the bytes; they are merged, with a warning."""
+    lines = list(base_lines)
+    idx = series_lines(lines, TX, "node-011:9845")
+    block = [lines[i] for i in idx]
+    end_of_family = next(i for i in range(idx[-1], len(lines)) if lines[i].startswith("# TYPE"))
+    lines[end_of_family:end_of_family] = block
+    trace = write(tmp_path / "again.om.gz", lines)
+    result = diagnose("--replay", str(trace), "--format", "json")
+    recovered(result, clean_findings, f"{trace}:{end_of_family + 1}", "again")
+
+
+def test_family_out_of_place_is_read_with_a_warning(tmp_path, base_lines, clean_findings):
+    """Samples of a family the diagnoser reads, moved without their TYPE line into a
+    family it skips: read, not silently lost."""
+    lines = list(base_lines)
+    idx = series_lines(lines, "gpunet_nic_pfc_pause_frames_total", "node-011:9845")
+    moved = [lines[i] for i in idx]
+    for i in reversed(idx):
+        del lines[i]
+    lines[3:3] = moved  # inside gpunet_exporter_collector_up
+    trace = write(tmp_path / "moved.om.gz", lines)
+    result = diagnose("--replay", str(trace), "--format", "json")
+    recovered(result, clean_findings, f"{trace}:4", "gpunet_nic_pfc_pause_frames_total")
+
+
+@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf", "-5", "-1e300"])
+def test_non_finite_or_negative_counter_values_are_dropped(tmp_path, base_lines, clean_findings, bad):
+    lines = list(base_lines)
+    idx = series_lines(lines, TX)
+    for i in idx[20:23]:
+        key, _, ts = lines[i].rsplit(" ", 2)
+        lines[i] = f"{key} {bad} {ts}"
+    trace = write(tmp_path / "nan.om.gz", lines)
+    result = diagnose("--replay", str(trace), "--format", "json")
+    (w,) = recovered(result, clean_findings, f"{trace}:{idx[0] + 1}", TX)
+    assert "3 " in w
+
+
+def test_non_finite_timestamps_are_dropped(tmp_path, base_lines, clean_findings):
+    lines = list(base_lines)
+    idx = series_lines(lines, TX)
+    for i, bad in zip(idx[20:23], ("NaN", "+Inf", "-Inf")):
+        key, value, _ = lines[i].rsplit(" ", 2)
+        lines[i] = f"{key} {value} {bad}"
+    trace = write(tmp_path / "ts.om.gz", lines)
+    result = diagnose("--replay", str(trace), "--format", "json")
+    recovered(result, clean_findings, f"{trace}:{idx[0] + 1}", TX)
+
+
+def test_sample_days_out_of_order_is_ignored_not_stretching_the_windows(tmp_path, base_lines, clean_findings):
+    lines = list(base_lines)
+    idx = series_lines(lines, TX)
+    key, value, ts = lines[idx[30]].rsplit(" ", 2)
+    lines[idx[30]] = f"{key} {value} {float(ts) - 11 * 86400}"  # 11 days early, amid the series
+    trace = write(tmp_path / "stray.om.gz", lines)
+    result = diagnose("--replay", str(trace), "--format", "json")
+    recovered(result, clean_findings, f"{trace}:{idx[0] + 1}", "out of order", "far outside the trace's time range")
+
+
+def test_last_line_without_newline_is_fine(tmp_path, base_lines, clean_findings):
+    trace = write(tmp_path / "nolf.om", "\n".join(base_lines).rstrip("\n").split("\n"), gz=False)
+    assert trace.read_bytes().endswith(b"# EOF")
+    result = diagnose("--replay", str(trace), "--format", "json")
+    clean_stderr(result)
+    assert result.returncode == 0 and summary(result) == clean_findings and "warning" not in result.stderr
+
+
+def test_hundreds_of_thousands_of_unknown_series_bounded_memory(tmp_path, base_lines, clean_findings):
+    """300k series outside the contract, half in a family of their own, half without a
+    TYPE line after the last gpunet family: skipped fast, one warning, memory bounded."""
+    lines = list(base_lines)
+    assert lines[-2] == "# EOF"
+    ts = lines[-3].rsplit(" ", 1)[1]
+    junk = ["# TYPE junk_requests counter"]
+    junk += [f'junk_requests_total{{instance="x{i}:1",path="/p/{i}"}} {i} {ts}' for i in range(150_000)]
+    untyped = [f'junk_{i}{{instance="y{i}:1"}} {i} {ts}' for i in range(150_000)]
+    lines[-2:-2] = untyped  # after gpunet_tcp_sent_segments, no TYPE line
+    lines[1:1] = junk + [lines[0]]  # a family of its own at line 2, then collector_up's TYPE again
+    trace = write(tmp_path / "junk.om.gz", lines)
+    rss = tmp_path / "rss"
+    result = diagnose("--replay", str(trace), "--format", "json", rss_file=rss)
+    recovered(result, clean_findings, f"{trace}:2", "junk_requests", "junk_0")
+    peak_mb = int(rss.read_text().split()[-1]) / 1024
+    assert peak_mb < 600, peak_mb
+
+
+# ---- fatal ----
+
+@pytest.mark.parametrize("fraction", [0.05, 0.5, 0.999])
+def test_truncated_gzip_names_file_and_line(tmp_path, fraction):
+    data = BASE.read_bytes()
+    cut = tmp_path / "cut.om.gz"
+    cut.write_bytes(data[: int(len(data) * fraction)])
+    last = fatal(diagnose("--replay", str(cut)), f"{cut}:")
+    assert "truncated or corrupt" in last
+
+
+@pytest.mark.parametrize("where,size", [("sample", 3 << 20), ("help", 3 << 20), ("sample", 9 << 20),
+                                        ("skipped", 3 << 20)])
+def test_line_of_megabytes_is_refused(tmp_path, base_lines, where, size):
+    lines = list(base_lines)
+    if where == "skipped":  # inside a family the diagnoser does not read
+        at = 5
+        lines.insert(at, 'gpunet_exporter_collector_up{collector="' + "x" * size + '"} 1 1767225617')
+    elif where == "help":
+        at = series_lines(lines, TX)[0] - 1
+        lines.insert(at, "# HELP gpunet_nic_transmit_bytes " + "y" * size)
+    else:
+        at = series_lines(lines, TX)[3]
+        lines.insert(at, TX + '{device="' + "z" * size + '",instance="node-001:9845"} 1 1767225617')
+    trace = write(tmp_path / "long.om.gz", lines)
+    last = fatal(diagnose("--replay", str(trace)), f"{trace}:{at + 1}:")
+    assert "line of over" in last
+
+
+def test_sample_without_timestamp_names_file_and_line(tmp_path, base_lines):
+    lines = list(base_lines)
+    at = series_lines(lines, TX)[7]
+    lines[at] = lines[at].rsplit(" ", 1)[0]
+    trace = write(tmp_path / "nots.om.gz", lines)
+    fatal(diagnose("--replay", str(trace)), f"{trace}:{at + 1}:")
+
+
+@pytest.mark.parametrize("sample", ['{device="ens1f0np0",instance=node-001:9845"} 1 1767225617',
+                                    '{device="ens1f0np0" 1 1767225617',
+                                    '{device="a b",instance="node-001:9845"} 1'])  # no timestamp: splits wrong
+def test_malformed_labels_name_file_and_line(tmp_path, base_lines, sample):
+    lines = list(base_lines)
+    at = series_lines(lines, TX)[-1] + 1  # a new series right after node-001's first
+    lines.insert(at, TX + sample)
+    trace = write(tmp_path / "labels.om.gz", lines)
+    fatal(diagnose("--replay", str(trace)), f"{trace}:{at + 1}:")
+
+
+@pytest.mark.parametrize("line", [b"# TYPE", b"# TYPE \xff\xfe counter"])
+def test_broken_type_line_is_no_traceback(tmp_path, base_lines, line):
+    data = "\n".join(base_lines).encode()
+    trace = tmp_path / "type.om"
+    trace.write_bytes(line + b"\n" + data)
+    result = diagnose("--replay", str(trace), "--format", "json")
+    clean_stderr(result)
+    assert result.returncode in (0, 1), result.stderr
+    if result.returncode == 1:
+        assert f"{trace}:1:" in result.stderr
+
+
+def test_many_damaged_series_warnings_are_bounded(tmp_path, base_lines):
+    lines = []
+    for line in base_lines:
+        if line.startswith("gpunet_nic_") and "_total{" in line and line.endswith("7"):
+            key, _, ts = line.rsplit(" ", 2)
+            line = f"{key} -1 {ts}"
+        lines.append(line)
+    trace = write(tmp_path / "manybad.om.gz", lines)
+    result = diagnose("--replay", str(trace), "--format", "json")
+    clean_stderr(result)
+    assert result.returncode == 0 and "findings" in json.loads(result.stdout)
+    warnings = result.stderr.splitlines()
+    assert len(warnings) <= 6 and "more series with" in warnings[-1], result.stderr
+
+
+def test_hundreds_of_thousands_of_junk_devices_bounded_memory(tmp_path, base_lines, clean_findings):
+    """300k series of a name the diagnoser reads, each a NIC never seen before: one row
+    per NIC in the frame would take gigabytes; NICs past a plausible count are dropped."""
+    lines = list(base_lines)
+    ts = lines[-3].rsplit(" ", 1)[1]
+    at = next(i for i, l in enumerate(lines) if l.startswith("# TYPE gpunet_nic_up")) + 2
+    lines[at:at] = [f'gpunet_nic_up{{device="junk{i}",instance="node-{i % 12 + 1:03d}:9845",job="gpunet"}} 1 {ts}'
+                    for i in range(300_000)]
+    trace = write(tmp_path / "devices.om.gz", lines)
+    rss = tmp_path / "rss"
+    result = diagnose("--replay", str(trace), "--format", "json", rss_file=rss)
+    recovered(result, clean_findings, "over 256 devices on one instance")
+    peak_mb = int(rss.read_text().split()[-1]) / 1024
+    assert peak_mb < 600, peak_mb
