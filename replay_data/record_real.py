@@ -51,7 +51,6 @@ a short summary computed from the trace itself is printed.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
@@ -66,6 +65,11 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
+
+from diagnoser.frame import counter_increase
+from diagnoser.sources import replay
 
 # --- addresses and names --------------------------------------------------------------------
 FAB_A, FAB_B, FAB_PREFIX = "198.18.0.1", "198.18.0.2", 30
@@ -656,37 +660,18 @@ def tool_versions() -> str:
 
 
 # --- trace checks ---------------------------------------------------------------------------------------
-_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+) (\S+)$')
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+# The diagnoser's own trace reader and counter arithmetic: one way to read a trace.
+NO_POINTS = (np.array([]), np.array([]))
 
 
-def read_trace(path: Path, names: set[str]) -> dict[tuple[str, frozenset], list[tuple[float, float]]]:
-    series: dict[tuple[str, frozenset], list[tuple[float, float]]] = {}
-    with gzip.open(path, "rt") as f:
-        for line in f:
-            if line.startswith("#"):
-                continue
-            m = _LINE.match(line.strip())
-            if not m or m.group(1) not in names:
-                continue
-            labels = frozenset(_LABEL.findall(m.group(2) or ""))
-            series.setdefault((m.group(1), labels), []).append((float(m.group(4)), float(m.group(3))))
-    return series
+def read_trace(path: Path, names: set[str]) -> dict[tuple[str, frozenset], tuple[np.ndarray, np.ndarray]]:
+    return {(s.name, frozenset(s.labels.items())): (s.timestamps, s.values)
+            for s in replay.read_trace(path, lambda name: name in names)}
 
 
-def increase(points: list[tuple[float, float]], t1: float, t2: float) -> float:
-    """Counter increase between the last samples at or before t1 and t2 (resets: counted from 0)."""
-    inc, prev = 0.0, None
-    for t, v in points:
-        if t <= t1:
-            prev = v
-            continue
-        if t > t2:
-            break
-        if prev is not None:
-            inc += v - prev if v >= prev else v
-        prev = v
-    return inc
+def increase(points: tuple[np.ndarray, np.ndarray], t1: float, t2: float) -> float:
+    """Counter increase between t1 and t2 (resets: counted from 0)."""
+    return float(counter_increase(points[0], points[1], np.array([t1, t2 + 1e-6]))[0])
 
 
 def summarize(path: Path, labels: dict) -> str:
@@ -694,8 +679,8 @@ def summarize(path: Path, labels: dict) -> str:
              "gpunet_tcp_retransmitted_segments_total", "gpunet_tcp_sent_segments_total",
              "gpunet_gpu_idle_seconds_total", "gpunet_gpu_busy_seconds_total"}
     s = read_trace(path, names)
-    ts = [t for pts in s.values() for t, _ in pts]
-    first, last = min(ts), max(ts)
+    first = min(float(t[0]) for t, _ in s.values() if len(t))
+    last = max(float(t[-1]) for t, _ in s.values() if len(t))
     inc = labels["incidents"][0]
     windows = [("before", first, inc["start"]), ("incident", inc["start"], inc["end"]), ("after", inc["end"], last)]
     windows = [w for w in windows if w[2] - w[1] >= SCRAPE_INTERVAL]
@@ -719,17 +704,17 @@ def summarize(path: Path, labels: dict) -> str:
             if tx and rx:
                 parts.append(f"fab0 tx {increase(tx, t1, t2) * 8 / dur / 1e6:.0f} / rx "
                              f"{increase(rx, t1, t2) * 8 / dur / 1e6:.0f} Mbit/s")
-            sat = [increase(get("gpunet_nic_saturated_seconds_total", node, device="fab0", direction=d) or [], t1, t2)
+            sat = [increase(get("gpunet_nic_saturated_seconds_total", node, device="fab0", direction=d) or NO_POINTS, t1, t2)
                    for d in ("transmit", "receive")]
             parts.append(f"saturated tx {sat[0]:.0f} s rx {sat[1]:.0f} s")
             rt = get("gpunet_tcp_retransmitted_segments_total", node)
             sg = get("gpunet_tcp_sent_segments_total", node)
             if rt:
-                r, o = increase(rt, t1, t2), increase(sg or [], t1, t2)
+                r, o = increase(rt, t1, t2), increase(sg or NO_POINTS, t1, t2)
                 parts.append(f"retrans {r:.0f}" + (f" ({100 * r / o:.2f}% of {o:.0f} segs)" if o else ""))
             busy = get("gpunet_gpu_busy_seconds_total", node, gpu="0")
             if busy:
-                idle = {st: increase(get("gpunet_gpu_idle_seconds_total", node, gpu="0", network_state=st) or [],
+                idle = {st: increase(get("gpunet_gpu_idle_seconds_total", node, gpu="0", network_state=st) or NO_POINTS,
                                      t1, t2) for st in ("paused", "saturated", "active", "quiet")}
                 parts.append(f"gpu0 busy {increase(busy, t1, t2):.0f} s, idle by network_state " +
                              " ".join(f"{k} {v:.1f}" for k, v in idle.items()) + " s")
