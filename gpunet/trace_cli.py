@@ -88,19 +88,26 @@ async def export(client: PrometheusClient, out: Path, start: float, end: float, 
         return writer.samples
 
 
-def trace_time_range(path: Path) -> tuple[float, float, int]:
-    """(first, last, samples) timestamps of a trace, by a plain line scan."""
+def copy_plain(trace: Path, plain: Path) -> tuple[float, float, int]:
+    """Write the trace uncompressed (promtool reads no gzip) and, in the same pass, find its
+    (first, last, samples) timestamps; a malformed line is refused with its number."""
     lo, hi, n = float("inf"), float("-inf"), 0
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.startswith("#") or not line.strip():
+    opener = gzip.open if trace.suffix == ".gz" else open
+    with opener(trace, "rb") as src, open(plain, "wb") as dst:
+        for lineno, line in enumerate(src, 1):
+            dst.write(line)
+            if line.startswith(b"#") or not line.strip():
                 continue
             try:
-                t = float(line.rsplit(" ", 2)[-1])
+                t = float(line.rsplit(b" ", 2)[-1])
             except (ValueError, IndexError):
-                raise ValueError(f"{path}:{lineno}: sample without a timestamp: {line.strip()[:80]!r}") from None
-            lo, hi, n = min(lo, t), max(hi, t), n + 1
+                text = line.decode("utf-8", "replace").strip()[:80]
+                raise ValueError(f"{trace}:{lineno}: sample without a timestamp: {text!r}") from None
+            n += 1
+            if t < lo:
+                lo = t
+            if t > hi:
+                hi = t
     return lo, hi, n
 
 
@@ -109,15 +116,10 @@ def load(trace: Path, data: Path) -> tuple[float, float, int]:
     promtool = shutil.which("promtool")
     if promtool is None:
         raise RuntimeError("promtool not found: install Debian's 'prometheus' package")
-    first, last, samples = trace_time_range(trace)  # also finds a malformed line, with its number
     data.mkdir(parents=True, exist_ok=True)
     plain = data / trace.name.removesuffix(".gz")
-    if trace.suffix == ".gz":
-        with gzip.open(trace, "rb") as src, open(plain, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-    else:
-        shutil.copyfile(trace, plain)
     try:
+        first, last, samples = copy_plain(trace, plain)
         result = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(plain), str(data)],
                                 capture_output=True, text=True)
         if result.returncode != 0:
