@@ -34,6 +34,14 @@ def same(replay: list[tuple], served: list[tuple], tolerance: float) -> bool:
     return True
 
 
+def assert_server_agrees_with_file(trace, url: str) -> None:
+    start, end = window(trace)
+    _, from_file = findings("--replay", str(trace))
+    _, from_server = findings("--prometheus", url, "--start", start, "--end", end)
+    # Windows start at the same time; an edge may move by a window or two (increase() extrapolates).
+    assert same(from_file, from_server, tolerance=260), (from_file, from_server)
+
+
 def window(trace):
     stamps = [t for _, t, _ in read_samples(trace)]
     return f"{min(stamps):.3f}", f"{max(stamps):.3f}"
@@ -42,11 +50,7 @@ def window(trace):
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
 @pytest.mark.parametrize("trace", TRACES, ids=[t.name for t in TRACES])
 def test_prometheus_gives_the_replays_findings(trace, served):
-    start, end = window(trace)
-    doc, from_file = findings("--replay", str(trace))
-    _, from_server = findings("--prometheus", served(trace), "--start", start, "--end", end)
-    # Windows start at the same time; an edge may move by one window (increase() extrapolates).
-    assert same(from_file, from_server, tolerance=260), (from_file, from_server)
+    assert_server_agrees_with_file(trace, served(trace))
 
 
 VM_TRACES = [t for t in TRACES if t.name in ("pfc_storm.om.gz", "two_incidents.om.gz", "link_degraded_flap.om.gz",
@@ -57,10 +61,7 @@ VM_TRACES = [t for t in TRACES if t.name in ("pfc_storm.om.gz", "two_incidents.o
 @pytest.mark.skipif(shutil.which("victoria-metrics") is None, reason="victoria-metrics not installed")
 @pytest.mark.parametrize("trace", VM_TRACES, ids=[t.name for t in VM_TRACES])
 def test_victoriametrics_gives_the_replays_findings(trace, victoria):
-    start, end = window(trace)
-    _, from_file = findings("--replay", str(trace))
-    _, from_server = findings("--prometheus", victoria(trace), "--start", start, "--end", end)
-    assert same(from_file, from_server, tolerance=260), (from_file, from_server)
+    assert_server_agrees_with_file(trace, victoria(trace))
 
 
 def test_unreachable_prometheus_is_one_line():
