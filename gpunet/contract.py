@@ -95,6 +95,30 @@ NIC_NETDEV_TRANSMIT_ERRORS = _m("gpunet_nic_netdev_transmit_errors_total", "coun
 NIC_NETDEV_RECEIVE_DROPS = _m("gpunet_nic_netdev_receive_drops_total", "counter", "Netdev rx_dropped.", DEV)
 NIC_NETDEV_TRANSMIT_DROPS = _m("gpunet_nic_netdev_transmit_drops_total", "counter", "Netdev tx_dropped.", DEV)
 
+# --- Configuration facts (issue 8): what the deployment checks read ------------------------
+NIC_PFC_ENABLED = _m("gpunet_nic_pfc_enabled", "gauge",
+                     "1 when PFC is enabled on the priority (DCB/IEEE 802.1Qbb), else 0.", ("device", "priority"))
+NIC_LINK_PAUSE_ENABLED = _m("gpunet_nic_link_pause_enabled", "gauge",
+                            "1 when global 802.3x pause is enabled in the direction (ethtool -a), else 0.",
+                            ("device", "direction"))
+NIC_ECN_ENABLED = _m("gpunet_nic_ecn_enabled", "gauge",
+                     "1 when RoCE congestion control (ECN/DCQCN) is enabled on the priority at the notification "
+                     "point (marks answered with CNPs) or reaction point (CNPs slow the sender), else 0.",
+                     ("device", "priority", "point"))
+NIC_QOS_TRUST_INFO = _m("gpunet_nic_qos_trust_info", "gauge",
+                        "What the NIC trusts to classify received packets into priorities: pcp or dscp.",
+                        ("device", "trust"))
+NIC_PCIE_CURRENT_SPEED = _m("gpunet_nic_pcie_current_link_transfers_per_second", "gauge",
+                            "PCIe link speed the NIC's function trained at, per lane (8e9 = 8 GT/s, Gen3).", DEV)
+NIC_PCIE_MAX_SPEED = _m("gpunet_nic_pcie_max_link_transfers_per_second", "gauge",
+                        "PCIe link speed the NIC's function supports, per lane.", DEV)
+NIC_PCIE_CURRENT_WIDTH = _m("gpunet_nic_pcie_current_link_width", "gauge", "PCIe lanes the NIC trained at.", DEV)
+NIC_PCIE_MAX_WIDTH = _m("gpunet_nic_pcie_max_link_width", "gauge", "PCIe lanes the NIC supports.", DEV)
+BOND_INFO = _m("gpunet_bond_info", "gauge", "One per bonding device: its mode and transmit hash policy.",
+               ("bond", "mode", "xmit_hash_policy"))
+BOND_MEMBER_UP = _m("gpunet_bond_member_up", "gauge",
+                    "One per member of a bond: 1 when its MII status is up, else 0.", ("bond", "device"))
+
 # --- TCP (contract section 2, plus extras) -------------------------------------------------
 TCP_RETRANSMITTED = _m("gpunet_tcp_retransmitted_segments_total", "counter", "TCP RetransSegs of the node.",
                        (), True)
@@ -136,6 +160,18 @@ GPU_SM_OCCUPANCY = _m("gpunet_gpu_sm_occupancy_ratio", "gauge",
 GPU_TENSOR_ACTIVE = _m("gpunet_gpu_tensor_active_ratio", "gauge",
                        "Fraction of time any tensor pipe was active between two slow ticks (NVML GPM).", GPU)
 
+GPU_PCIE_CURRENT_SPEED = _m("gpunet_gpu_pcie_current_link_transfers_per_second", "gauge",
+                            "PCIe link speed the GPU trained at, per lane (GPUs lower it when idle).", GPU)
+GPU_PCIE_MAX_SPEED = _m("gpunet_gpu_pcie_max_link_transfers_per_second", "gauge",
+                        "PCIe link speed the GPU supports, per lane.", GPU)
+GPU_PCIE_CURRENT_WIDTH = _m("gpunet_gpu_pcie_current_link_width", "gauge", "PCIe lanes the GPU trained at.", GPU)
+GPU_PCIE_MAX_WIDTH = _m("gpunet_gpu_pcie_max_link_width", "gauge", "PCIe lanes the GPU supports.", GPU)
+# Issue 9: which workload uses each GPU. An info metric joinable on `gpu`, so that the
+# workload's labels are not repeated on every series (`job` is Prometheus' own label).
+GPU_WORKLOAD_INFO = _m("gpunet_gpu_workload_info", "gauge",
+                       "One per (GPU, workload using it): source is kubernetes, slurm or process.",
+                       ("gpu", "workload", "source", "namespace", "pod", "container"))
+
 # --- Exporter self-metrics -----------------------------------------------------------------
 EXPORTER_BUILD_INFO = _m("gpunet_exporter_build_info", "gauge", "Version of the running exporter.",
                          ("version", "root"))
@@ -158,6 +194,8 @@ DIRECTIONS = ("receive", "transmit")
 PFC_PRIORITIES = tuple(str(p) for p in range(8)) + ("global",)
 RDMA_LOSS_KINDS = ("out_of_sequence", "sequence_error", "ack_timeout")
 NETWORK_STATES = ("paused", "saturated", "active", "quiet")  # first match wins, in this order
+ECN_POINTS = ("notification", "reaction")
+WORKLOAD_SOURCES = ("kubernetes", "slurm", "process")
 THROTTLE_REASONS = ("sw_power_cap", "sw_thermal", "hw_slowdown", "hw_thermal", "hw_power_brake")
 SATURATED_RATIO = 0.90  # a direction at >= 90% of link speed is saturated
 ACTIVE_RATIO = 0.05  # ... and at >= 5% active
