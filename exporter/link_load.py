@@ -10,8 +10,8 @@ from __future__ import annotations
 from exporter.inventory import Nic
 from exporter.samples import Sample
 from gpunet.contract import (ACTIVE_RATIO, NETWORK_STATES, NIC_PFC_PAUSE_FRAMES, NIC_RECEIVE_BYTES,
-                             NIC_SATURATED_SECONDS, NIC_TRANSMIT_BYTES, NODE_NETWORK_STATE_SECONDS,
-                             SATURATED_RATIO)
+                             NIC_SATURATED_SECONDS, NIC_TRANSMIT_BYTES, NODE_NETWORK_BURSTS,
+                             NODE_NETWORK_STATE_SECONDS, SATURATED_RATIO)
 
 _DIRECTION = {NIC_RECEIVE_BYTES.name: "receive", NIC_TRANSMIT_BYTES.name: "transmit"}
 
@@ -23,6 +23,10 @@ class LinkLoad:
         self._last_time: float | None = None
         self.saturated_seconds: dict[tuple[str, str], float] = {}
         self.state_seconds = dict.fromkeys(NETWORK_STATES, 0.0)
+        # Quiet -> busier transitions: one per all-reduce phase when steps are longer than
+        # two ticks. With bytes, it gives the traffic of one burst, which a 15 s scrape of
+        # byte counters alone cannot tell from a steady trickle.
+        self.bursts = 0
         self.network_state = "quiet"  # of the latest tick
         self.tick_seconds = 0.0  # length of the latest tick
 
@@ -57,6 +61,8 @@ class LinkLoad:
                     paused = True
             state = "paused" if paused else "saturated" if saturated else "active" if active else "quiet"
             self.state_seconds[state] += dt
+            if state != "quiet" and self.network_state == "quiet":
+                self.bursts += 1
             self.network_state = state
         self.tick_seconds = dt
         self._last, self._last_pauses, self._last_time = bytes_now, pauses_now, now
@@ -72,4 +78,5 @@ class LinkLoad:
                         value = self.saturated_seconds.setdefault((device, direction), 0.0)
                         out.append(Sample(NIC_SATURATED_SECONDS, (device, direction), value))
         out.extend(Sample(NODE_NETWORK_STATE_SECONDS, (state,), secs) for state, secs in self.state_seconds.items())
+        out.append(Sample(NODE_NETWORK_BURSTS, (), float(self.bursts)))
         return out

@@ -67,6 +67,10 @@ NIC_SATURATED_SECONDS = _m("gpunet_nic_saturated_seconds_total", "counter",
 NODE_NETWORK_STATE_SECONDS = _m("gpunet_node_network_state_seconds_total", "counter",
                                  "Time the node's training-fabric NICs spent in each network_state (contract "
                                  "section 2), at the fast tick.", ("network_state",))
+NODE_NETWORK_BURSTS = _m("gpunet_node_network_bursts_total", "counter",
+                          "Times the node's training fabric went from quiet to busier (>= 5% of link speed, or "
+                          "paused) at the fast tick: communication phases (all-reduce bursts) that a quiet tick "
+                          "separates. bytes / bursts is the traffic of one burst.")
 NIC_PFC_PAUSE_DURATION = _m("gpunet_nic_pfc_pause_duration_seconds_total", "counter",
                             "Time the port was paused (receive) or asked its peer to pause (transmit), where "
                             "the driver counts it.", ("device", "direction", "priority"))

@@ -77,3 +77,20 @@ def test_nic_without_speed_has_no_saturated_series():
     out, states = feed(LinkLoad(), nics, [{"a": (0.99, 0)}])
     assert by_labels(out, "gpunet_nic_saturated_seconds_total") == {}
     assert states == ["quiet"]
+
+
+def test_bursts_count_quiet_to_busier_transitions():
+    # Three communication phases (one paused, one only 'active'), each followed by quiet
+    # ticks; a phase that stays busy across ticks is one burst, not one per tick.
+    nics = {"a": nic("a")}
+    ratios = [(0.95, 0), (0.95, 0), (0.0, 0), (0.0, 0), (0.3, 0), (0.0, 0), (0.0, 2), (0.96, 0), (0.0, 0)]
+    out, states = feed(LinkLoad(), nics, [{"a": r} for r in ratios])
+    expected = sum(1 for prev, cur in zip(["quiet"] + states, states) if prev == "quiet" and cur != "quiet")
+    assert expected == 3
+    assert by_labels(out, "gpunet_node_network_bursts_total") == {(): 3.0}
+
+
+def test_a_management_nic_burst_is_not_a_fabric_burst():
+    nics = {"fabric": nic("fabric"), "mgmt": nic("mgmt", fabric=False)}
+    out, _ = feed(LinkLoad(), nics, [{"mgmt": (0.99, 0)}, {}, {"mgmt": (0.99, 0)}])
+    assert by_labels(out, "gpunet_node_network_bursts_total") == {(): 0.0}

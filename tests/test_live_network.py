@@ -37,6 +37,7 @@ DEV = "gva"
 TX = "gpunet_nic_transmit_bytes_total"
 SAT = "gpunet_nic_saturated_seconds_total"
 STATE = "gpunet_node_network_state_seconds_total"
+BURSTS = "gpunet_node_network_bursts_total"
 RETRANS = "gpunet_tcp_retransmitted_segments_total"
 SENT = "gpunet_tcp_sent_segments_total"
 
@@ -112,6 +113,18 @@ def test_bytes_and_saturation(lab, exporter):
     assert idle_sat == 0, "saturated seconds grew on an idle link"
     assert idle_state == 0, "network_state=saturated grew on an idle link"
     assert idle_quiet >= 1.5, "an idle fabric link did not count as quiet"
+
+
+def test_bursts_count_transfers(lab, exporter):
+    # Three transfers separated by idle gaps: three quiet -> busy transitions of the fabric.
+    before = exporter.scrape().value(BURSTS)
+    transfers = 3
+    for _ in range(transfers):
+        nx.iperf3(lab.a, lab.b, nx.ADDR_B, 1, IPERF_PORT)
+        time.sleep(1.5)  # several quiet fast ticks between transfers
+    delta = exporter.scrape().value(BURSTS) - before
+    print(f"\n[bursts] {transfers} iperf3 transfers of 1 s, bursts counted {delta:.0f}")
+    assert delta == transfers
 
 
 NFT_LOSS = """
