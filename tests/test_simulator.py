@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 REPLAY = REPO / "replay_data"
 T0 = 1767225600.0
 DERIVED = {C.GPU_BUSY_SECONDS.name, C.GPU_IDLE_SECONDS.name, C.GPU_THROTTLED_SECONDS.name,
-           C.NIC_SATURATED_SECONDS.name, C.NODE_NETWORK_STATE_SECONDS.name}
+           C.NIC_SATURATED_SECONDS.name, C.NODE_NETWORK_STATE_SECONDS.name, C.NODE_NETWORK_BURSTS.name}
 
 
 def run(args: str):

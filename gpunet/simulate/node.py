@@ -21,7 +21,7 @@ import numpy as np
 from gpunet import contract as C
 from gpunet.simulate.cluster import Cluster, NicPort
 from gpunet.simulate.conditions import GBN_TAIL, Timeline
-from gpunet.simulate.physics import (Schedule, Ticks, gpu_busy_cumulative, network_state,
+from gpunet.simulate.physics import (QUIET, Schedule, Ticks, gpu_busy_cumulative, network_state,
                                      piecewise_cumulative)
 from gpunet.simulate.scrape import NodeScrapes, derived_view
 from gpunet.simulate.params import SimSpec
@@ -121,6 +121,11 @@ class NodeModel:
                 ci = np.zeros((n_gpus, n_ticks + 1))
                 ci[:, 1:] = np.cumsum(idle_tick * m, axis=1)
                 idle_cum[:, s] = ci[:, kall]
+
+        # quiet -> busier transitions, as the exporter counts them (gpunet_node_network_bursts_total)
+        burst_cum = np.zeros(n_ticks + 1)
+        burst_cum[1:] = np.cumsum((state != QUIET) & (np.concatenate(([QUIET], state[:-1])) == QUIET))
+        burst_cum = burst_cum[kall]
 
         # --- initial values: the node ran (and its exporter ran) before the trace ----------
         uptime = rng.uniform(2, 30) * DAY
@@ -270,6 +275,7 @@ class NodeModel:
         state_init = exp_up * np.array([0.01, 0.12, 0.25, 0.62])
         for s, name in enumerate(C.NETWORK_STATES):
             add(C.NODE_NETWORK_STATE_SECONDS.name, {"network_state": name}, derived(state_cum[s], state_init[s]))
+        add(C.NODE_NETWORK_BURSTS.name, {}, np.round(derived(burst_cum, np.round(exp_up * 0.5))))
 
         # --- GPUs ---------------------------------------------------------------------------------
         if setup.gpu_series and n_gpus:
