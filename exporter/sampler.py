@@ -18,17 +18,21 @@ import threading
 from dataclasses import replace
 
 from exporter.bounded import BoundedCalls
+from exporter.collectors.bond import BondCollector
 from exporter.collectors.driver_stats import DriverStatsCollector
 from exporter.collectors.gpu import GpuActivityCollector, GpuSource
 from exporter.collectors.gpu_details import GpuDetailsCollector
 from exporter.collectors.netdev import NetdevCollector
 from exporter.collectors.nic_info import NicInfoCollector
+from exporter.collectors.pcie import PcieCollector
+from exporter.collectors.qos import QosCollector
 from exporter.collectors.rdma import RdmaCollector
 from exporter.collectors.tcp import TcpCollector
 from exporter.collectors.wire import WireCollector
 from exporter.counters import MonotonicCounters
 from exporter.inventory import InventoryOptions, Nic, discover
 from exporter.link_load import LinkLoad
+from exporter.refresh import DEFAULT_INTERVAL, Refreshed
 from exporter.registry import Registry
 from exporter.root import Root, SourceError
 from exporter.samples import Collector, Sample, TickContext
@@ -55,6 +59,12 @@ class Sampler:
         if gpus is not None:
             self.fast.append(GpuActivityCollector(gpus, fast_interval))
             self.slow.append(GpuDetailsCollector(gpus))
+        # Configuration facts (issue 8): QoS and PCIe links change rarely, so they are read
+        # every DEFAULT_INTERVAL (30 s) and when the inventory changes, served in between.
+        self.slow += [Refreshed(QosCollector(root), DEFAULT_INTERVAL),
+                      Refreshed(PcieCollector(root, gpus), DEFAULT_INTERVAL,
+                                lambda: tuple(g.pci_address for g in gpus.identities) if gpus else ()),
+                      BondCollector(root)]
         self.link_load = LinkLoad()
         self.nics: dict[str, Nic] = {}
         self._static: dict = {}  # what discovery need not read again

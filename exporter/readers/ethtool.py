@@ -119,3 +119,57 @@ class _IoctlState:
         self.names: list[str] | None = None
         self.buffer = None
         self.picks: dict[frozenset[str], list[tuple[str, int]]] = {}
+
+
+# --- global 802.3x pause: what ``ethtool -a <dev>`` prints ------------------------------------
+
+ETHTOOL_GPAUSEPARAM = 0x12
+
+
+def read_pause(root: Root, device: str) -> tuple[bool, bool] | None:
+    """(receive, transmit) 802.3x pause enabled; None when the driver has no pause settings
+    (veth, IPoIB). Live: the ``SIOCETHTOOL`` ioctl ``ETHTOOL_GPAUSEPARAM``. Under a fixture
+    root: ``ethtool/<dev>.pause.txt``, the text ``ethtool -a <dev>`` prints (its ``RX:`` and
+    ``TX:`` lines, ``on``/``off``); no file: no pause settings."""
+    if root.is_live:
+        return _pause_ioctl(device)
+    rel = f"ethtool/{device}.pause.txt"
+    if not root.exists(rel):
+        return None
+    where = str(root.path(rel))
+    found: dict[str, bool] = {}
+    for lineno, line in enumerate(root.read_text(rel).splitlines(), 1):
+        key, sep, value = line.partition(":")
+        if not sep or key.strip() not in ("RX", "TX"):
+            continue  # the title, Autonegotiate, "RX negotiated" (ethtool 6.x)
+        if value.strip() not in ("on", "off"):
+            raise SourceError(f"{where}:{lineno}", f"expected on or off: {line.strip()[:60]!r}")
+        found[key.strip()] = value.strip() == "on"
+    if len(found) != 2:
+        raise SourceError(where, "no 'RX:' and 'TX:' lines")
+    return found["RX"], found["TX"]
+
+
+def _pause_ioctl(device: str) -> tuple[bool, bool] | None:
+    import ctypes
+
+    from pyroute2.ethtool.ioctl import IoctlEthtool, NoSuchDevice, NotSupportedError
+
+    class PauseParam(ctypes.Structure):  # struct ethtool_pauseparam
+        _fields_ = [("cmd", ctypes.c_uint32), ("autoneg", ctypes.c_uint32), ("rx_pause", ctypes.c_uint32),
+                    ("tx_pause", ctypes.c_uint32)]
+
+    param = PauseParam(cmd=ETHTOOL_GPAUSEPARAM)
+    handle = IoctlEthtool(device)
+    try:
+        handle.ifreq.gstats = ctypes.cast(ctypes.byref(param), ctypes.POINTER(None))
+        handle.ioctl()
+    except NotSupportedError:
+        return None
+    except NoSuchDevice:
+        raise SourceError(f"ethtool -a {device}", "network device vanished") from None
+    except OSError as e:
+        raise SourceError(f"ethtool -a {device}", e.strerror or str(e)) from e
+    finally:
+        handle.close()
+    return bool(param.rx_pause), bool(param.tx_pause)

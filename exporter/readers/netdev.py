@@ -35,7 +35,8 @@ class LinkState:
 
 
 def list_netdevs(root: Root) -> list[str]:
-    return root.listdir(NET)
+    # bonding_masters is a file beside the devices once the bonding module is loaded.
+    return [n for n in root.listdir(NET) if n != "bonding_masters"]
 
 
 class NetdevReader:

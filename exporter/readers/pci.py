@@ -1,0 +1,55 @@
+"""The PCIe link of a PCI function: the speed and width it trained at and the most it
+supports, from its sysfs folder (``current_link_speed``, ``max_link_speed``,
+``current_link_width``, ``max_link_width``).
+
+Speeds read ``16.0 GT/s PCIe`` (older kernels: ``8 GT/s``, ``2.5 GT/s``), in transfers
+per second per lane; ``Unknown`` (a function whose link the kernel cannot tell) and a
+width of 0 or 255 (no link trained) are unknown; an absent file is unknown too (a virtual
+device, an old kernel).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from exporter.root import Root, SourceError
+
+SPEED = re.compile(r"(\d+(?:\.\d+)?) GT/s\b")
+NO_LINK_WIDTHS = (0, 255)
+
+
+class PcieLink(NamedTuple):
+    current_speed: float | None  # transfers/s per lane (16e9 = Gen4)
+    max_speed: float | None
+    current_width: int | None
+    max_width: int | None
+
+
+def pcie_link(root: Root, function_dir: str, errors: list[SourceError]) -> PcieLink:
+    """The link of the PCI function whose sysfs folder is `function_dir` (under the root).
+    A malformed file costs only its own value (an error is appended)."""
+    return PcieLink(_speed(root, f"{function_dir}/current_link_speed", errors),
+                    _speed(root, f"{function_dir}/max_link_speed", errors),
+                    _width(root, f"{function_dir}/current_link_width", errors),
+                    _width(root, f"{function_dir}/max_link_width", errors))
+
+
+def _speed(root: Root, rel: str, errors: list[SourceError]) -> float | None:
+    text = root.read_optional_str(rel)
+    if text is None or text.startswith("Unknown"):
+        return None
+    match = SPEED.match(text)
+    if match is None:
+        errors.append(SourceError(str(root.path(rel)), f"not a PCIe speed: {text[:40]!r}"))
+        return None
+    return float(match.group(1)) * 1e9
+
+
+def _width(root: Root, rel: str, errors: list[SourceError]) -> int | None:
+    try:
+        width = root.read_int_if_present(rel)
+    except SourceError as e:
+        errors.append(e)
+        return None
+    return None if width is None or width in NO_LINK_WIDTHS else width
