@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from diagnoser.capacity import bandwidth_evidence
 from diagnoser.features import Features
 
 # --- thresholds, and why ------------------------------------------------------------------
@@ -251,8 +252,8 @@ def classify(f: Features) -> list[WindowFinding]:
             if persistent or rising:
                 add("network_bandwidth", [], [], 0.5 + min(sat_idle / 0.3, 0.45),
                     gpu_idle_saturated=sat_idle, link_utilisation=g["util_median"],
-                    saturated_time=g["sat_frac_median"], gpu_idle=g["idle_frac"],
-                    **bandwidth_need(speed_median.get(w, np.nan), g["sat_frac_median"], sat_idle))
+                    saturated_time=_line_rate_time(g), gpu_idle=g["idle_frac"],
+                    **bandwidth_evidence(speed_median.get(w, np.nan), _line_rate_time(g), sat_idle))
         elif not has_gpu and g["sat_frac_median"] >= 0.5 and not found:
             add("network_bandwidth", [], [], 0.5, saturated_time=g["sat_frac_median"],
                 link_utilisation=g["util_median"], gpu_idle="unknown (no GPU series)")
@@ -260,25 +261,12 @@ def classify(f: Features) -> list[WindowFinding]:
     return out + suppressed
 
 
-UPGRADE_PATH_GBPS = (25, 100, 200, 400, 800)
-TARGET_NETWORK_IDLE = 0.05  # network-attributed GPU idle worth having
-
-
-def bandwidth_need(speed: float, saturated: float, idle_saturated: float) -> dict:
-    """The link speed that would bring the GPU idle spent waiting on saturated links under
-    5%. Per step the all-reduce runs at line rate for `saturated` of the time, and
-    `idle_saturated` of it is not hidden behind compute (the rest overlaps). At speed B' the
-    transfer takes saturated x B/B'; what stays exposed is that minus the overlap:
-        saturated x B/B' - (saturated - idle_saturated) <= 5%
-        B' >= B x saturated / (saturated - idle_saturated + 5%)"""
-    if not (np.isfinite(speed) and np.isfinite(saturated) and saturated > 0 and speed > 0):
-        return {}
-    needed = speed * saturated / max(saturated - idle_saturated + TARGET_NETWORK_IDLE, 1e-3)
-    gbps, needed_gbps = speed * 8 / 1e9, needed * 8 / 1e9
-    step = next((s for s in UPGRADE_PATH_GBPS if s >= needed_gbps), None)
-    return {"nic_speed_gbps": round(gbps, 1), "needed_gbps_per_nic": round(needed_gbps, 1),
-            "upgrade_to": f"{step}G per NIC" if step else f"more rails: {needed_gbps / UPGRADE_PATH_GBPS[-1]:.1f}x "
-                                                       f"the fastest NIC per GPU"}
+def _line_rate_time(g: pd.Series) -> float:
+    """Share of the window the fabric ran at line rate: the nodes' network_state where the
+    source has it, else the NICs' saturated seconds (summed over both directions, so at most
+    twice the truth: halved)."""
+    value = g.get("state_sat_frac_median", np.nan)
+    return float(value) if np.isfinite(value) else float(g["sat_frac_median"]) / 2
 
 
 def _throttled_gpus(frame, w: float, nodes: list[str]) -> dict[str, str]:

@@ -67,6 +67,10 @@ def compute(frame: Frame) -> Features:
         f["retrans_ratio"] = n["tcp_retrans"] / n["tcp_sent"].where(n["tcp_sent"] > 0)
         f["throttle_frac"] = n["throttled"] / (n["gpus"] * step).replace(0, np.nan)
         f["bytes_rate"] = (n["tx_bytes"] + n["rx_bytes"]) / step
+        # The node's own word on time at line rate (some fabric NIC, either direction):
+        # its network_state seconds, not a sum over NICs and directions.
+        states = n[[f"state_{s}" for s in STATES]].sum(axis=1, min_count=1)
+        f["state_sat_frac"] = n["state_saturated"] / states.where(states > 0)
     f["sm_clock"] = n["sm_clock"]
     f["carrier_changes"] = n["carrier_changes"]
     f["nics_down"] = n["nics_down"]
@@ -89,6 +93,7 @@ def compute(frame: Frame) -> Features:
         g[col] = by[col].sum(min_count=1)
     g["util_median"] = by["util"].median()
     g["sat_frac_median"] = by["sat_frac"].median()
+    g["state_sat_frac_median"] = by["state_sat_frac"].median()
     g["ecn_per_gb"] = by["ecn_per_gb"].median()
     g["retrans_ratio"] = n["tcp_retrans"].groupby(level="window").sum(min_count=1) / \
         n["tcp_sent"].groupby(level="window").sum(min_count=1).replace(0, np.nan)
