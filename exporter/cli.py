@@ -14,8 +14,11 @@ import yaml
 from aiohttp import web
 
 from exporter.collectors.gpu import GpuSource
+from exporter.collectors.gpu_workload import DEFAULT_POD_PATTERN, WorkloadOptions, compile_pod_pattern
 from exporter.inventory import DEFAULT_EXCLUDE, InventoryOptions
+from exporter.readers.kubelet import DEFAULT_SOCKET
 from exporter.readers.nvml import FixtureGpus, NvmlGpus
+from exporter.readers.slurm_jobs import DEFAULT_DIR
 from exporter.registry import Registry
 from exporter.root import Root
 from exporter.sampler import Sampler
@@ -43,6 +46,14 @@ def parse_link_speed(text: str) -> tuple[str, float]:
     if not sep or not device:
         raise argparse.ArgumentTypeError(f"--link-speed {text!r}: expected DEVICE=SPEED, e.g. veth0=200Mbit")
     return device, parse_speed(speed)
+
+
+def pod_pattern(text: str) -> str:
+    try:
+        compile_pod_pattern(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--workload.pod-pattern {text!r}: {e}") from None
+    return text
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -81,6 +92,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read GPUs from this nvml.json (contract section 6) while reading the real network: "
                         "for tests and demos")
     p.add_argument("--no-gpu", action="store_true", help="do not collect GPU metrics (a node without GPUs)")
+    p.add_argument("--workload.kubelet-socket", dest="workload_kubelet_socket", default=None, metavar="PATH",
+                   help="the kubelet's PodResources socket, to tell which pod uses each GPU (default: "
+                        f"{DEFAULT_SOCKET} under --root, skipped when absent; set, its absence is an error)")
+    p.add_argument("--workload.slurm-dir", dest="workload_slurm_dir", default=None, metavar="DIR",
+                   help="folder a Slurm prolog fills with one file per job and its GPUs (deploy/slurm/; default: "
+                        f"{DEFAULT_DIR} under --root, skipped when absent)")
+    p.add_argument("--workload.interval", dest="workload_interval", type=float, default=10.0, metavar="SECONDS",
+                   help="seconds between reads of the workload sources (kubelet, Slurm folder, GPU processes); "
+                        "the last answer is served in between (default 10)")
+    p.add_argument("--workload.pod-pattern", dest="workload_pod_pattern", type=pod_pattern,
+                   default=DEFAULT_POD_PATTERN, metavar="REGEX",
+                   help="pod name -> workload: the regex's group (?P<workload>...); the default strips trainer "
+                        "roles, ordinals and ReplicaSet/Job suffixes (llama-worker-3 -> llama)")
     p.add_argument("--web.config.file", dest="web_config_file", default=None, metavar="FILE",
                    help="TLS and basic auth, in the Prometheus exporter-toolkit format (node_exporter's); "
                         "SIGHUP reloads it")
@@ -149,7 +173,10 @@ def make_sampler(args: argparse.Namespace, registry: Registry) -> Sampler:
     inventory = InventoryOptions(include=args.nic_include, exclude=args.nic_exclude or None,
                                  link_speeds=dict(args.link_speed), fabric=fabric)
     root = Root(args.root)
-    return Sampler(root, registry, inventory, args.fast_interval, args.slow_interval, gpu_source(args, root))
+    workload = WorkloadOptions(args.workload_kubelet_socket, args.workload_slurm_dir, args.workload_interval,
+                               args.workload_pod_pattern)
+    return Sampler(root, registry, inventory, args.fast_interval, args.slow_interval, gpu_source(args, root),
+                   workload)
 
 
 def gpu_source(args: argparse.Namespace, root: Root) -> GpuSource | None:

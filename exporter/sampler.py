@@ -22,6 +22,7 @@ from exporter.collectors.bond import BondCollector
 from exporter.collectors.driver_stats import DriverStatsCollector
 from exporter.collectors.gpu import GpuActivityCollector, GpuSource
 from exporter.collectors.gpu_details import GpuDetailsCollector
+from exporter.collectors.gpu_workload import GpuWorkloadCollector, WorkloadOptions
 from exporter.collectors.netdev import NetdevCollector
 from exporter.collectors.nic_info import NicInfoCollector
 from exporter.collectors.pcie import PcieCollector
@@ -45,7 +46,7 @@ MAX_LOGGED_PROBLEMS = 1000
 class Sampler:
     def __init__(self, root: Root, registry: Registry, inventory: InventoryOptions,
                  fast_interval: float = 0.2, slow_interval: float = 1.0,
-                 gpus: GpuSource | None = None):
+                 gpus: GpuSource | None = None, workload: WorkloadOptions | None = None):
         self.root = root
         self.registry = registry
         self.inventory_options = inventory
@@ -59,6 +60,7 @@ class Sampler:
         if gpus is not None:
             self.fast.append(GpuActivityCollector(gpus, fast_interval))
             self.slow.append(GpuDetailsCollector(gpus))
+            self.slow.append(GpuWorkloadCollector(gpus, root, workload))
         # Configuration facts (issue 8): QoS and PCIe links change rarely, so they are read
         # every DEFAULT_INTERVAL (30 s) and when the inventory changes, served in between.
         self.slow += [Refreshed(QosCollector(root), DEFAULT_INTERVAL),

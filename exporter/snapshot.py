@@ -15,7 +15,9 @@ from pathlib import Path
 from exporter.inventory import InventoryOptions, discover
 from exporter.readers.ethtool import DriverStatsReader
 from exporter.readers.netdev import NET
+from exporter.readers.processes import ENV_KEYS, FILES as PROCESS_FILES, environ
 from exporter.readers.rdma import IB
+from exporter.readers.slurm_jobs import DEFAULT_DIR as SLURM_DIR
 from exporter.root import Root, SourceError
 
 NETDEV_FILES = ("speed", "operstate", "carrier", "carrier_changes", "mtu", "type", "address", "dev_port",
@@ -78,8 +80,24 @@ def gpu_document(gpus) -> dict:
                      pcie_tx_bytes_per_second=details.pcie_transmit_bytes_per_second,
                      pcie_rx_bytes_per_second=details.pcie_receive_bytes_per_second, gpm=details.gpm,
                      xid_errors={str(x): n for (g, x), n in xids.items() if g == ident.index})
+        try:
+            entry.update(processes=[{"pid": p.pid, "used_memory_bytes": p.used_memory_bytes}
+                                    for p in gpus.processes(ident.index)] or None,
+                         mig_uuids=gpus.mig_uuids(ident.index) or None)
+        except SourceError:
+            pass  # workload attribution is lost, the readings are kept
         doc["gpus"].append({k: v for k, v in entry.items() if v is not None})
     return doc
+
+
+def _write_processes(src: Root, w: _Writer, doc: dict) -> None:
+    """What tells the GPUs' processes' jobs: cgroup and comm, and of environ only the keys
+    the exporter reads (an environment may hold secrets; a bug report must not)."""
+    for pid in sorted({p["pid"] for g in doc["gpus"] for p in g.get("processes", [])}):
+        w.copy(f"proc/{pid}", PROCESS_FILES)
+        if src.exists(f"proc/{pid}/environ"):
+            kept = {k: v for k, v in environ(src, pid).items() if k in ENV_KEYS}
+            w.text(f"proc/{pid}/environ", "".join(f"{k}={v}\0" for k, v in kept.items()))
 
 
 def write_snapshot(src: Root, out_dir: str | os.PathLike, gpus=None) -> int:
@@ -114,9 +132,12 @@ def write_snapshot(src: Root, out_dir: str | os.PathLike, gpus=None) -> int:
             w.text(rel, src.read_text(rel))
     if gpus is not None:
         try:
-            w.text("nvml.json", json.dumps(gpu_document(gpus), indent=1) + "\n")
+            doc = gpu_document(gpus)
+            w.text("nvml.json", json.dumps(doc, indent=1) + "\n")
+            _write_processes(src, w, doc)
         except SourceError as e:
             log.warning("snapshot: no GPUs written: %s", e)
         finally:
             gpus.close()
+    w.copy(SLURM_DIR, ("*",))
     return w.count

@@ -22,13 +22,14 @@ VOLATILE = re.compile(r"^(process_|gpunet_exporter_collector_duration_seconds|"
 
 
 class Node:
-    def __init__(self, root: Path | str, gpus: str | Path | None = None, slow_interval: float = 1.0, **inventory):
+    def __init__(self, root: Path | str, gpus: str | Path | None = None, slow_interval: float = 1.0,
+                 workload=None, **inventory):
         self.registry = Registry(root_label=Path(root).name)
         root_ = Root(root)
         nvml = Path(gpus) if gpus else root_.path("nvml.json")
         source = GpuSource(FixtureGpus(nvml)) if not root_.is_live and nvml.exists() else None
         self.sampler = Sampler(root_, self.registry, InventoryOptions(**inventory), slow_interval=slow_interval,
-                               gpus=source)
+                               gpus=source, workload=workload)
 
     def tick(self, slow: bool = True, fast: bool = True, now: float | None = None) -> "Node":
         """One tick; `now` puts it at that time on a clock of the test's own."""

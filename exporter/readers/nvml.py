@@ -11,6 +11,12 @@ fell off the bus), ``hang_seconds`` (an NVML call that blocks) and ``nvml_error`
 ``timeline`` list of ``{"after": seconds, "gpus": {"<index>": {field: value}}}`` changes
 readings as time passes since the backend opened (``timeline_period`` repeats it), so a
 test can feed a sequence of readings; the file is also re-read whenever it changes.
+
+For workload attribution (collectors/gpu_workload.py) a GPU may list ``processes``, the
+compute processes running on it as nvmlDeviceGetComputeRunningProcesses reports them:
+``[{"pid": 4242, "used_memory_bytes": 71000000000}]`` (pid: the host's process id, whose
+``proc/<pid>/`` files under the same root tell its job), and ``mig_uuids``, the UUIDs of
+its MIG devices (``["MIG-..."]``), which the kubelet hands out for ``nvidia.com/mig-*``.
 """
 
 from __future__ import annotations
@@ -57,6 +63,14 @@ class GpuActivity:
     utilization: float  # 0..1, the fraction of time a kernel ran
     sm_clock_hz: float | None
     reasons: frozenset[str]  # active throttle reasons, contract names
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process on a GPU."""
+
+    pid: int
+    used_memory_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +181,27 @@ class FixtureGpus:
                           num("memory_total_bytes"), num("pcie_tx_bytes_per_second"),
                           num("pcie_rx_bytes_per_second"),
                           {k: float(v) for k, v in gpm.items()} if isinstance(gpm, dict) else None)
+
+    def processes(self, index: int) -> list[GpuProcess]:
+        g = self._gpu(index)
+        where = f"{self.path} gpu {index} processes"
+        entries = g.get("processes") or []
+        if not isinstance(entries, list):
+            raise SourceError(where, "expected a list of {\"pid\": ...}")
+        out = []
+        for n, p in enumerate(entries):
+            try:
+                pid = int(p["pid"])
+                memory = p.get("used_memory_bytes")
+                out.append(GpuProcess(pid, float(memory) if memory is not None else None))
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise SourceError(f"{where}[{n}]", f"expected {{\"pid\": <integer>}}, got {p!r} ({e!r})") from e
+            if pid <= 0:
+                raise SourceError(f"{where}[{n}]", f"pid must be positive, got {pid}")
+        return out
+
+    def mig_uuids(self, index: int) -> list[str]:
+        return [str(u) for u in self._gpu(index).get("mig_uuids") or []]
 
     def xid_counts(self) -> dict[tuple[int, int], int]:
         """Cumulative XID errors per (gpu index, xid)."""
@@ -309,6 +344,32 @@ class NvmlGpus:
                           float(mem.used) if mem is not None else None, float(mem.total) if mem is not None else None,
                           tx * 1024.0 if tx is not None else None, rx * 1024.0 if rx is not None else None,
                           self._gpm(gpu))
+
+    def processes(self, index: int) -> list[GpuProcess]:
+        nv, gpu = self._nvml, self._gpus[index]
+        try:
+            procs = nv.nvmlDeviceGetComputeRunningProcesses(gpu.handle)
+        except Exception as e:  # noqa: BLE001
+            raise self._error(f"NVML gpu {index} compute processes", e) from e
+        # usedGpuMemory is None where the driver cannot say (no permission, MIG).
+        return [GpuProcess(int(p.pid), float(p.usedGpuMemory) if p.usedGpuMemory is not None else None)
+                for p in procs]
+
+    def mig_uuids(self, index: int) -> list[str]:
+        nv, gpu = self._nvml, self._gpus[index]
+        try:
+            current, _ = nv.nvmlDeviceGetMigMode(gpu.handle)
+        except Exception:  # noqa: BLE001 - not a MIG-capable GPU
+            return []
+        if not current:
+            return []
+        out = []
+        for i in range(nv.nvmlDeviceGetMaxMigDeviceCount(gpu.handle)):
+            try:
+                out.append(_text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, i))))
+            except Exception:  # noqa: BLE001 - NVML_ERROR_NOT_FOUND: no MIG device in that slot
+                continue
+        return out
 
     def _gpm(self, gpu: _LiveGpu) -> dict[str, float] | None:
         """GPM metrics between this call's sample and the previous one (Hopper and newer)."""
