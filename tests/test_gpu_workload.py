@@ -310,6 +310,7 @@ def test_a_malformed_job_file_is_an_error_naming_its_line_and_the_other_jobs_sta
     (jobs / "102").write_text("gpus=3,banana\n")
     (jobs / "103").write_text("gpus=9\n")  # the node has GPUs 0-7
     (jobs / "104").write_text("name=no-gpus\n")
+    (jobs / "106").write_text("gpus=6\ngpus=7\n")
     (jobs / "not-a-job").write_text("gpus=4\n")
     (jobs / ".105.tmp").write_text("gpus=5\n")  # a prolog's file being written: ignored
     with caplog.at_level(logging.WARNING, logger="gpunet.exporter"):
@@ -320,9 +321,10 @@ def test_a_malformed_job_file_is_an_error_naming_its_line_and_the_other_jobs_sta
     assert f"{jobs / '103'}:1: gpus: '9' is no GPU" in log
     assert f"{jobs / '104'}: no gpus= line" in log
     assert f"{jobs / 'not-a-job'}: not a Slurm job id" in log
+    assert f"{jobs / '106'}:2: a second gpus= line (the first is {jobs / '106'}:1)" in log
     assert ".105.tmp" not in log
     assert up(node) == 0.0
-    assert node.value("gpunet_exporter_collector_errors_total", collector="gpu_workload") == 5
+    assert node.value("gpunet_exporter_collector_errors_total", collector="gpu_workload") == 6
     assert rows(node) == {("0", "100", "slurm", "", "", ""), ("1", "100", "slurm", "", "", "")}
 
 
@@ -404,3 +406,28 @@ def test_a_snapshot_keeps_the_workloads_and_no_other_environment(tmp_path):
     assert (out / "proc/5200/environ").read_bytes() == b"SLURM_JOB_ID=4713\0SLURM_JOB_NAME=eval\0"  # no PATH, HOME
     assert (out / "run/gpunet/slurm-jobs/4711").read_text() == \
         (FIXTURES / "h100-jobs/run/gpunet/slurm-jobs/4711").read_text()
+
+
+def test_the_slurm_prolog_writes_what_the_exporter_reads_and_the_epilog_removes_it(node_copy, tmp_path):
+    import subprocess
+
+    from procs import REPO
+
+    root = copy_node(node_copy, "h100-8gpu")
+    jobs = tmp_path / "slurm-jobs"
+    env = {"PATH": os.environ["PATH"], "GPUNET_SLURM_DIR": str(jobs), "SLURM_JOB_ID": "31337",
+           "SLURM_JOB_GPUS": "4,5", "SLURM_JOB_NAME": "eval # nightly\ngpus=7", "SLURM_JOB_USER": "ada"}
+    prolog = subprocess.run(["sh", str(REPO / "deploy/slurm/prolog.sh")], env=env, capture_output=True, timeout=10)
+    assert (prolog.returncode, prolog.stderr) == (0, b"")
+    node = Node(root, workload=options(slurm_dir=str(jobs))).tick()
+    assert rows(node) == {("4", "31337", "slurm", "", "", ""), ("5", "31337", "slurm", "", "", "")}
+    assert up(node) == 1.0
+    no_gpus = subprocess.run(["sh", str(REPO / "deploy/slurm/prolog.sh")],
+                             env={**env, "SLURM_JOB_ID": "31338", "SLURM_JOB_GPUS": ""}, timeout=10)
+    assert no_gpus.returncode == 0 and not (jobs / "31338").exists()  # a CPU-only job: nothing to say
+    epilog = subprocess.run(["sh", str(REPO / "deploy/slurm/epilog.sh")], env=env, capture_output=True, timeout=10)
+    assert (epilog.returncode, epilog.stderr) == (0, b"")
+    assert rows(node.tick()) == set()
+    unwritable = subprocess.run(["sh", str(REPO / "deploy/slurm/prolog.sh")],
+                                env={**env, "GPUNET_SLURM_DIR": "/proc/gpunet-cannot-exist"}, timeout=10)
+    assert unwritable.returncode == 0  # a failing prolog would drain the node

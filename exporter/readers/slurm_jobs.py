@@ -67,6 +67,8 @@ def parse_job(job_id: str, text: str, path: str) -> SlurmJob:
         if not sep or not key.strip():
             raise SourceError(f"{path}:{number}", f"expected key=value, got {raw.strip()[:80]!r}")
         if key.strip() == "gpus":
+            if gpus is not None:
+                raise SourceError(f"{path}:{number}", f"a second gpus= line (the first is {where})")
             tokens = tuple(t.strip() for t in value.split(",") if t.strip())
             bad = [t for t in tokens if not (t.isdigit() or t.startswith(("GPU-", "MIG-")))]
             if bad:
