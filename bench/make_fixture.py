@@ -353,6 +353,15 @@ def write_port(w: Writer, i: int, netdev: str, rdma: str, pci: str, numa: int, v
     for name in HW_COUNTERS:
         w.write(f"{port}/hw_counters/{name}", f"{v.get('hw:' + name, 0)}\n")
     w.write(f"ethtool/{netdev}.txt", ethtool_text(v, channels))
+    # Configuration facts (issue 8): PFC on 3, trust dscp, no 802.3x pause, ECN on 3.
+    w.write(f"dcb/{netdev}.pfc.json", json.dumps({"pfc_cap": 8, "macsec_bypass": False, "delay": 0,
+                                                  "prio_pfc": [p == 3 for p in range(8)]}) + "\n")
+    w.write(f"dcb/{netdev}.app.json", json.dumps({"dscp_prio": [[26, 3], [48, 6]]}) + "\n")
+    w.write(f"ethtool/{netdev}.pause.txt", f"Pause parameters for {netdev}:\nAutonegotiate:\toff\nRX:\t\toff\n"
+                                           "TX:\t\toff\n\n")
+    for point in ("roce_np", "roce_rp"):
+        for prio in range(8):
+            w.write(f"{net}/ecn/{point}/enable/{prio}", f"{int(prio == 3)}\n")
 
 
 def write_proc(w: Writer, rng: random.Random) -> None:
@@ -385,6 +394,12 @@ def write_nvml(w: Writer, ports: int) -> None:
              "pci_bus_id": GPU_BUS_IDS[g % len(GPU_BUS_IDS)], "numa_node": 0 if g < ports // 2 else 1,
              "utilization_gpu": 0, "sm_clock_hz": 1980000000, "clock_event_reasons": []} for g in range(ports)]
     w.write("nvml.json", json.dumps({"driver_version": "550.90.07", "gpus": gpus}, indent=2) + "\n")
+    for gpu in gpus:  # their PCI functions, for the PCIe link facts
+        bus = gpu["pci_bus_id"].lower()
+        dev = f"sys/bus/pci/devices/{bus.split(':', 1)[0][-4:]}:{bus.split(':', 1)[1]}"
+        for name, value in (("current_link_speed", "32.0 GT/s PCIe"), ("max_link_speed", "32.0 GT/s PCIe"),
+                            ("current_link_width", "16"), ("max_link_width", "16")):
+            w.write(f"{dev}/{name}", value + "\n")
 
 
 def port_names(i: int) -> tuple[str, str, str, int]:

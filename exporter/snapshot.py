@@ -13,8 +13,11 @@ import os
 from pathlib import Path
 
 from exporter.inventory import InventoryOptions, discover
-from exporter.readers.ethtool import DriverStatsReader
+from exporter.readers.bonding import MASTERS
+from exporter.readers.dcb import read_dcb
+from exporter.readers.ethtool import DriverStatsReader, read_pause
 from exporter.readers.netdev import NET
+from exporter.readers.nvml import normalize_pci
 from exporter.readers.processes import ENV_KEYS, FILES as PROCESS_FILES, environ
 from exporter.readers.rdma import IB
 from exporter.readers.slurm_jobs import DEFAULT_DIR as SLURM_DIR
@@ -100,6 +103,37 @@ def _write_processes(src: Root, w: _Writer, doc: dict) -> None:
             w.text(f"proc/{pid}/environ", "".join(f"{k}={v}\0" for k, v in kept.items()))
 
 
+def _write_qos(src: Root, w: _Writer, netdev: str) -> None:
+    """PFC, trust and pause in the forms exporter/readers/{dcb,ethtool}.py read under a
+    fixture root (what `dcb -j pfc|app show` and `ethtool -a` print), and mlx5's ECN files."""
+    try:
+        dcb = read_dcb(src, netdev)
+        pause = read_pause(src, netdev)
+    except SourceError as e:
+        log.warning("snapshot: %s", e)
+        dcb = pause = None
+    if dcb is not None and dcb.pfc_enabled is not None:
+        w.text(f"dcb/{netdev}.pfc.json", json.dumps({"prio_pfc": list(dcb.pfc_enabled)}) + "\n")
+        w.text(f"dcb/{netdev}.app.json", json.dumps({"dscp_prio": [list(p) for p in dcb.dscp_prio]}) + "\n")
+    if pause is not None:
+        on = ("off", "on")
+        w.text(f"ethtool/{netdev}.pause.txt",
+               f"Pause parameters for {netdev}:\nRX:\t\t{on[pause[0]]}\nTX:\t\t{on[pause[1]]}\n")
+    for point in ("roce_np", "roce_rp"):
+        w.copy(f"{NET}/{netdev}/ecn/{point}/enable", ("*",))
+
+
+def _write_bonds(src: Root, w: _Writer) -> None:
+    names = (src.read_optional_str(MASTERS) or "").split()
+    if not names:
+        return
+    w.text(MASTERS, " ".join(names) + "\n")
+    for bond in names:
+        w.copy(f"{NET}/{bond}/bonding", ("*",))
+        for member in (src.read_optional_str(f"{NET}/{bond}/bonding/slaves") or "").split():
+            w.copy(f"{NET}/{member}/bonding_slave", ("*",))
+
+
 def write_snapshot(src: Root, out_dir: str | os.PathLike, gpus=None) -> int:
     """Write the node's files under out_dir; `gpus`, a GPU backend, adds nvml.json."""
     out = Path(out_dir)
@@ -118,6 +152,7 @@ def write_snapshot(src: Root, out_dir: str | os.PathLike, gpus=None) -> int:
                 if values:
                     lines = ["NIC statistics:"] + [f"     {k}: {v}" for k, v in values.items()]
                     w.text(f"ethtool/{nic.netdev}.txt", "\n".join(lines) + "\n")
+                _write_qos(src, w, nic.netdev)
             if nic.rdma is not None:
                 w.copy(nic.rdma.base, PORT_FILES)
                 rdma_dir = f"{IB}/{nic.rdma.device}"
@@ -125,15 +160,23 @@ def write_snapshot(src: Root, out_dir: str | os.PathLike, gpus=None) -> int:
                 w.copy(f"{rdma_dir}/device", ("uevent", "numa_node"))
                 if nic.netdev:
                     w.keep(f"{rdma_dir}/device/net/{nic.netdev}")
+                else:
+                    w.copy(f"{rdma_dir}/device", PCI_FILES)
+                w.copy(f"sys/kernel/config/bnxt_re/{nic.rdma.device}/ports/{nic.rdma.port}/cc", ("*",))
+                w.copy(f"sys/kernel/config/irdma/{nic.rdma.device}", ("*",))
     finally:
         stats.close()
     for rel in PROC_FILES:
         if src.exists(rel):
             w.text(rel, src.read_text(rel))
+    _write_bonds(src, w)
     if gpus is not None:
         try:
             doc = gpu_document(gpus)
             w.text("nvml.json", json.dumps(doc, indent=1) + "\n")
+            for bus_id in (str(g.get("pci_bus_id") or "") for g in doc.get("gpus", [])):
+                if bus_id:  # their PCIe links
+                    w.copy(f"sys/bus/pci/devices/{normalize_pci(bus_id)}", PCI_FILES)
             _write_processes(src, w, doc)
         except SourceError as e:
             log.warning("snapshot: no GPUs written: %s", e)

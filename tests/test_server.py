@@ -75,7 +75,7 @@ async def test_healthz_and_unknown_paths(client):
     assert (await client.post("/metrics")).status == 405
 
 
-@pytest.mark.parametrize("name", ["roce-mlx5", "h100-throttled"])
+@pytest.mark.parametrize("name", ["roce-mlx5", "h100-throttled", "ib-mlx5", "bnxt", "e810", "misconfigured-mlx5"])
 def test_snapshot_of_a_node_reproduces_its_scrape(tmp_path, name):
     out = tmp_path / "snap"
     result = subprocess.run(exporter_command("--root", str(FIXTURES / name), "snapshot", str(out)),

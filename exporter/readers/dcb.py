@@ -52,6 +52,7 @@ PRIORITIES = 8
 class DcbSettings:
     pfc_enabled: tuple[bool, ...] | None  # per priority 0..7; None: the driver does not say
     trust: str | None  # "pcp", "dscp", or None when neither is trusted
+    dscp_prio: tuple[tuple[int, int], ...] = ()  # the APP table's (dscp, priority) entries
 
 
 def read_dcb(root: Root, device: str) -> DcbSettings | None:
@@ -63,6 +64,8 @@ def read_dcb(root: Root, device: str) -> DcbSettings | None:
 
 
 def trust_of(app_trust: list[int] | None, has_dscp_entries: bool) -> str | None:
+    """What classifies received packets: the trust table's first of dscp/pcp, else dscp
+    when the APP table has DSCP entries, else pcp."""
     if app_trust is not None:
         first = next((s for s in app_trust if s in (SEL_DSCP, SEL_PCP)), None)
         return None if first is None else ("dscp" if first == SEL_DSCP else "pcp")
@@ -87,14 +90,13 @@ def _read_files(root: Root, device: str) -> DcbSettings | None:
     prio_pfc = pfc.get("prio_pfc") if isinstance(pfc, dict) else None
     if not (isinstance(prio_pfc, list) and len(prio_pfc) == PRIORITIES and all(isinstance(v, bool) for v in prio_pfc)):
         raise SourceError(str(root.path(pfc_rel)), "expected 'prio_pfc': eight true/false values")
-    has_dscp = False
+    pairs: list = []
     if root.exists(app_rel):
         app = _load_json(root, app_rel)
         pairs = app.get("dscp_prio", []) if isinstance(app, dict) else None
         if not (isinstance(pairs, list) and all(_is_dscp_pair(p) for p in pairs)):
             raise SourceError(str(root.path(app_rel)), "expected 'dscp_prio': [[dscp, priority], ...]")
-        has_dscp = bool(pairs)
-    return DcbSettings(tuple(prio_pfc), trust_of(None, has_dscp))
+    return DcbSettings(tuple(prio_pfc), trust_of(None, bool(pairs)), tuple((p[0], p[1]) for p in pairs))
 
 
 def _is_dscp_pair(pair: object) -> bool:
@@ -141,12 +143,13 @@ def _read_netlink(device: str) -> DcbSettings | None:
     ieee = next((v for t, v in _attrs(reply[20:]) if t == DCB_ATTR_IEEE), None)
     if ieee is None:
         return None
-    pfc_enabled, has_dscp, app_trust = None, False, None
+    pfc_enabled, dscp_prio, app_trust = None, (), None
     for type_, value in _attrs(ieee):
         if type_ == DCB_ATTR_IEEE_PFC and len(value) >= 2:
             pfc_enabled = tuple(bool(value[1] >> p & 1) for p in range(PRIORITIES))
         elif type_ == DCB_ATTR_IEEE_APP_TABLE:
-            has_dscp = any(len(v) >= 4 and v[0] == SEL_DSCP for _, v in _attrs(value))
+            apps = [struct.unpack_from("=BBH", v) for _, v in _attrs(value) if len(v) >= 4]
+            dscp_prio = tuple((protocol, prio) for selector, prio, protocol in apps if selector == SEL_DSCP)
         elif type_ == DCB_ATTR_DCB_APP_TRUST_TABLE:
             app_trust = [v[0] for _, v in _attrs(value) if v]
-    return DcbSettings(pfc_enabled, trust_of(app_trust, has_dscp))
+    return DcbSettings(pfc_enabled, trust_of(app_trust, bool(dscp_prio)), dscp_prio)
