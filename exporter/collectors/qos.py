@@ -4,12 +4,16 @@ runs this collector through exporter.refresh.Refreshed."""
 
 from __future__ import annotations
 
+from typing import Callable, TypeVar
+
 from exporter.readers.dcb import read_dcb
 from exporter.readers.ethtool import read_pause
 from exporter.readers.roce_cc import ecn_enabled
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
 from gpunet.contract import NIC_ECN_ENABLED, NIC_LINK_PAUSE_ENABLED, NIC_PFC_ENABLED, NIC_QOS_TRUST_INFO
+
+T = TypeVar("T")
 
 
 class QosCollector:
@@ -21,39 +25,28 @@ class QosCollector:
     def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
         samples = []
         for nic in ctx.nics.values():
-            labels = (nic.device,)
-            if nic.netdev:
-                samples.extend(self._dcb(nic.netdev, labels, errors))
-                samples.extend(self._pause(nic.netdev, labels, errors))
+            device = nic.device
+            dcb = _costs_itself(lambda: read_dcb(self.root, nic.netdev), errors) if nic.netdev else None
+            if dcb is not None and dcb.pfc_enabled is not None:
+                samples.extend(Sample(NIC_PFC_ENABLED, (device, str(p)), float(on))
+                               for p, on in enumerate(dcb.pfc_enabled))
+            if dcb is not None and dcb.trust is not None:
+                samples.append(Sample(NIC_QOS_TRUST_INFO, (device, dcb.trust), 1.0))
+            pause = _costs_itself(lambda: read_pause(self.root, nic.netdev), errors) if nic.netdev else None
+            if pause is not None:
+                samples.extend(Sample(NIC_LINK_PAUSE_ENABLED, (device, direction), float(on))
+                               for direction, on in zip(("receive", "transmit"), pause))
             rdma, port = (nic.rdma.device, nic.rdma.port) if nic.rdma else ("", "")
             ecn = ecn_enabled(self.root, nic.netdev, rdma, port, errors)
-            samples.extend(Sample(NIC_ECN_ENABLED, (nic.device, prio, point), 1.0 if on else 0.0)
+            samples.extend(Sample(NIC_ECN_ENABLED, (device, prio, point), float(on))
                            for (prio, point), on in sorted(ecn.items()))
         return samples
 
-    def _dcb(self, netdev: str, labels: tuple[str], errors: list[SourceError]) -> list[Sample]:
-        try:
-            dcb = read_dcb(self.root, netdev)
-        except SourceError as e:
-            errors.append(e)
-            return []
-        if dcb is None:
-            return []
-        samples = []
-        if dcb.pfc_enabled is not None:
-            samples.extend(Sample(NIC_PFC_ENABLED, (*labels, str(p)), 1.0 if on else 0.0)
-                           for p, on in enumerate(dcb.pfc_enabled))
-        if dcb.trust is not None:
-            samples.append(Sample(NIC_QOS_TRUST_INFO, (*labels, dcb.trust), 1.0))
-        return samples
 
-    def _pause(self, netdev: str, labels: tuple[str], errors: list[SourceError]) -> list[Sample]:
-        try:
-            pause = read_pause(self.root, netdev)
-        except SourceError as e:
-            errors.append(e)
-            return []
-        if pause is None:
-            return []
-        return [Sample(NIC_LINK_PAUSE_ENABLED, (*labels, direction), 1.0 if on else 0.0)
-                for direction, on in zip(("receive", "transmit"), pause)]
+def _costs_itself(read: Callable[[], T | None], errors: list[SourceError]) -> T | None:
+    """A source that cannot be read costs only its own series: None, with the error kept."""
+    try:
+        return read()
+    except SourceError as e:
+        errors.append(e)
+        return None
