@@ -46,7 +46,8 @@ MAX_LOGGED_PROBLEMS = 1000
 class Sampler:
     def __init__(self, root: Root, registry: Registry, inventory: InventoryOptions,
                  fast_interval: float = 0.2, slow_interval: float = 1.0,
-                 gpus: GpuSource | None = None, workload: WorkloadOptions | None = None):
+                 gpus: GpuSource | None = None, workload: WorkloadOptions | None = None,
+                 config_interval: float = DEFAULT_INTERVAL):
         self.root = root
         self.registry = registry
         self.inventory_options = inventory
@@ -60,11 +61,12 @@ class Sampler:
         if gpus is not None:
             self.fast.append(GpuActivityCollector(gpus, fast_interval))
             self.slow.append(GpuDetailsCollector(gpus))
-            self.slow.append(GpuWorkloadCollector(gpus, root, workload))
+            workload = workload or WorkloadOptions()
+            self.slow.append(Refreshed(GpuWorkloadCollector(gpus, root, workload), workload.interval))
         # Configuration facts (issue 8): QoS and PCIe links change rarely, so they are read
-        # every DEFAULT_INTERVAL (30 s) and when the inventory changes, served in between.
-        self.slow += [Refreshed(QosCollector(root), DEFAULT_INTERVAL),
-                      Refreshed(PcieCollector(root, gpus), DEFAULT_INTERVAL,
+        # every config_interval seconds and when the inventory changes, served in between.
+        self.slow += [Refreshed(QosCollector(root), config_interval),
+                      Refreshed(PcieCollector(root, gpus), config_interval,
                                 lambda: tuple(g.pci_address for g in gpus.identities) if gpus else ()),
                       BondCollector(root)]
         self.link_load = LinkLoad()

@@ -388,7 +388,7 @@ def test_settings_reach_the_collector_from_flags_environment_and_config(tmp_path
     sampler = make_sampler(parse_args(["--root", str(tmp_path), "--gpu-fixture", "tests/fixtures/nodes/h100-8gpu/"
                                        "nvml.json", "--workload.interval", "5"]), Registry())
     (collector,) = [c for c in sampler.slow if c.name == "gpu_workload"]
-    assert collector.options.interval == 5.0
+    assert collector.interval == 5.0
     with pytest.raises(SystemExit):
         parse_args(["--workload.pod-pattern", "(no-group)"])
 
@@ -431,3 +431,61 @@ def test_the_slurm_prolog_writes_what_the_exporter_reads_and_the_epilog_removes_
     unwritable = subprocess.run(["sh", str(REPO / "deploy/slurm/prolog.sh")],
                                 env={**env, "GPUNET_SLURM_DIR": "/proc/gpunet-cannot-exist"}, timeout=10)
     assert unwritable.returncode == 0  # a failing prolog would drain the node
+
+
+# --- the documented PromQL joins, in a real Prometheus ------------------------------------------
+
+def _promql(url: str, expr: str, at: float) -> dict:
+    import urllib.parse
+
+    status, _, body = http_get(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr, "time": at}))
+    return json.loads(body)
+
+
+def _doc_queries() -> list[str]:
+    import re
+
+    from procs import REPO
+
+    return re.findall(r"```promql\n(.*?)```", (REPO / "docs/deploy.md").read_text(), re.S)
+
+
+@pytest.mark.prometheus
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+def test_the_documented_joins_give_idle_time_per_workload(tmp_path, served):
+    t0, step, n = 1767225600, 15, 41
+    idle = {("node-a:9845", "0", "quiet"): 0.3, ("node-a:9845", "0", "paused"): 0.2,
+            ("node-a:9845", "1", "quiet"): 0.25, ("node-a:9845", "2", "quiet"): 0.1,
+            ("node-b:9845", "0", "paused"): 0.4}  # idle seconds per second
+    info = [("node-a:9845", "0", "team-a/llama", "llama-worker-0"), ("node-a:9845", "0", "team-a/llama", "llama-worker-1"),
+            ("node-a:9845", "1", "team-a/llama", "llama-worker-1"), ("node-a:9845", "2", "4711", ""),
+            ("node-a:9845", "2", "9999", ""), ("node-b:9845", "0", "team-a/llama", "llama-master-0")]
+    lines = ["# TYPE gpunet_gpu_idle_seconds counter"]
+    for (instance, gpu, state), rate in idle.items():
+        lines += [f'gpunet_gpu_idle_seconds_total{{gpu="{gpu}",instance="{instance}",job="gpunet",'
+                  f'network_state="{state}"}} {rate * i * step} {t0 + i * step}' for i in range(n)]
+    lines.append("# TYPE gpunet_gpu_workload_info gauge")
+    for instance, gpu, workload, pod_name in info:
+        source = "kubernetes" if pod_name else "slurm"
+        lines += [f'gpunet_gpu_workload_info{{container="",gpu="{gpu}",instance="{instance}",job="gpunet",'
+                  f'namespace="{"team-a" if pod_name else ""}",pod="{pod_name}",source="{source}",'
+                  f'workload="{workload}"}} 1 {t0 + i * step}' for i in range(n)]
+    trace = tmp_path / "jobs.om"
+    trace.write_text("\n".join(lines) + "\n# EOF\n")
+    url = served(trace)
+    at = t0 + (n - 1) * step
+    per_workload, split = _doc_queries()[:2]
+    result = _promql(url, per_workload, at)
+    got = {r["metric"]["workload"]: float(r["value"][1]) for r in result["data"]["result"]}
+    assert got == pytest.approx({"team-a/llama": 0.5 + 0.25 + 0.4, "4711": 0.1, "9999": 0.1})
+    # The split by network_state refuses a GPU that two workloads share (node-a GPU 2) ...
+    refused = _promql(url, split, at)
+    assert refused["status"] == "error" and "many-to-many" in refused["error"]
+    # ... and answers once that GPU is left out.
+    answer = _promql(url, split.replace("(gpunet_gpu_workload_info)", '(gpunet_gpu_workload_info{gpu!="2"})'), at)
+    got = {(r["metric"]["workload"], r["metric"]["network_state"]): float(r["value"][1])
+           for r in answer["data"]["result"]}
+    assert got == pytest.approx({("team-a/llama", "quiet"): 0.3 + 0.25, ("team-a/llama", "paused"): 0.2 + 0.4})
+    shared = _promql(url, "count by (instance, gpu) (count by (instance, gpu, workload) "
+                          "(gpunet_gpu_workload_info)) > 1", at)
+    assert [(r["metric"]["instance"], r["metric"]["gpu"]) for r in shared["data"]["result"]] == [("node-a:9845", "2")]

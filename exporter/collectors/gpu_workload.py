@@ -13,8 +13,9 @@ Sources, by precedence: a GPU that an earlier source attributes gets that source
    cgroup or environment -> slurm; kubepods cgroup -> kubernetes with the pod UID; else
    process, with torchrun's run id or the command name.
 
-The sources are read every ``interval`` seconds (default 10): the kubelet is asked no more
-often than that. In between, the last answer and its errors are served. A source not
+The sampler runs this collector every ``interval`` seconds (default 10) through
+exporter/refresh.py, so the kubelet is asked no more often than that; in between, the last
+answer and its errors are served. A source not
 configured whose socket or folder is absent is off, silently; one configured (or present)
 that fails is an error naming it, and the other sources' rows are still served.
 """
@@ -89,9 +90,6 @@ class GpuWorkloadCollector:
         self.slurm_dir = Root(self.options.slurm_dir or root.path(DEFAULT_DIR))
         self.nvml_calls = BoundedCalls("gpunet-nvml-workload")
         self.kubelet_calls = BoundedCalls("gpunet-kubelet")
-        self._at: float | None = None
-        self._samples: list[Sample] = []
-        self._errors: list[SourceError] = []
 
     def close(self) -> None:
         self.nvml_calls.close()
@@ -99,17 +97,8 @@ class GpuWorkloadCollector:
         self.kubelet.close()
 
     def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
-        if self._at is not None and 0 <= ctx.now - self._at < self.options.interval:
-            errors.extend(self._errors)
-            return list(self._samples)
+        """One read of every source; the sampler runs it every `interval` (exporter/refresh.py)."""
         self.source.ensure_open()
-        fresh: list[SourceError] = []
-        samples = self._read(fresh)
-        self._at, self._samples, self._errors = ctx.now, samples, fresh
-        errors.extend(fresh)
-        return list(samples)
-
-    def _read(self, errors: list[SourceError]) -> list[Sample]:
         backend = self.source.backend
         indices = [g.index for g in self.source.identities]
         by_id: dict[str, int] = {g.uuid: g.index for g in self.source.identities if g.uuid}
