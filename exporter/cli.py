@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "default /")
     p.add_argument("--fast-interval", type=float, default=0.2,
                    help="seconds between fast ticks: wire bytes, pauses, GPU activity (default 0.2)")
+    p.add_argument("--config-interval", type=float, default=30.0,
+                   help="seconds between reads of configuration facts that change rarely: PFC, pause, trust, "
+                        "ECN, PCIe links (default 30; at once when the NICs change)")
     p.add_argument("--slow-interval", type=float, default=1.0,
                    help="seconds between slow ticks: discovery and all other counters (default 1)")
     p.add_argument("--link-speed", type=parse_link_speed, action="append", default=[], metavar="DEV=SPEED",
@@ -176,7 +179,7 @@ def make_sampler(args: argparse.Namespace, registry: Registry) -> Sampler:
     workload = WorkloadOptions(args.workload_kubelet_socket, args.workload_slurm_dir, args.workload_interval,
                                args.workload_pod_pattern)
     return Sampler(root, registry, inventory, args.fast_interval, args.slow_interval, gpu_source(args, root),
-                   workload)
+                   workload, args.config_interval)
 
 
 def gpu_source(args: argparse.Namespace, root: Root) -> GpuSource | None:

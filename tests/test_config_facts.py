@@ -360,3 +360,20 @@ def test_live_bond_in_a_namespace(monkeypatch):
     assert sorted((s[0]["device"], s[1]) for s in out["gpunet_bond_member_up"]) == \
         sorted((m, 1.0 if status == "up" else 0.0) for m, status in mii.items())
     assert out["up"]["bond"] == 1.0
+
+
+def test_config_interval_flag_sets_how_often_facts_are_read(node_copy):
+    from exporter.cli import build_parser, make_sampler
+    from exporter.registry import Registry
+
+    root = node_copy("roce-mlx5")
+    registry = Registry(root_label="x")
+    sampler = make_sampler(build_parser().parse_args(["--root", str(root), "--config-interval", "5"]), registry)
+    sampler.slow_tick(now=100.0)
+    path = root / "dcb/ens1f0np0.pfc.json"
+    doc = json.loads(path.read_text())
+    doc["prio_pfc"] = [True] * 8
+    path.write_text(json.dumps(doc))
+    sampler.slow_tick(now=106.0)  # 6 s later: past a 5 s interval, well within the default 30 s
+    text = registry.render(openmetrics=False).decode()
+    assert 'gpunet_nic_pfc_enabled{device="ens1f0np0",priority="0"} 1.0' in text
