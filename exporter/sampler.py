@@ -61,7 +61,8 @@ class Sampler:
         if gpus is not None:
             self.fast.append(GpuActivityCollector(gpus, fast_interval))
             self.slow.append(GpuDetailsCollector(gpus))
-            self.slow.append(GpuWorkloadCollector(gpus, root, workload))
+            workload = workload or WorkloadOptions()
+            self.slow.append(Refreshed(GpuWorkloadCollector(gpus, root, workload), workload.interval))
         # Configuration facts (issue 8): QoS and PCIe links change rarely, so they are read
         # every config_interval seconds and when the inventory changes, served in between.
         self.slow += [Refreshed(QosCollector(root), config_interval),
