@@ -489,3 +489,35 @@ def test_the_documented_joins_give_idle_time_per_workload(tmp_path, served):
     shared = _promql(url, "count by (instance, gpu) (count by (instance, gpu, workload) "
                           "(gpunet_gpu_workload_info)) > 1", at)
     assert [(r["metric"]["instance"], r["metric"]["gpu"]) for r in shared["data"]["result"]] == [("node-a:9845", "2")]
+
+
+def test_live_processes_are_told_apart_by_their_real_proc_files():
+    """The reader on this machine's /proc: real processes started with a Slurm job's or
+    torchrun's environment, and one with neither."""
+    import subprocess
+    import sys
+
+    from exporter.readers.processes import Owner, owner
+    from exporter.root import Root
+
+    live = Root("/")
+    sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
+    base = {"PATH": os.environ["PATH"]}
+    procs = {name: subprocess.Popen(sleeper, env={**base, **env}) for name, env in (
+        ("slurm", {"SLURM_JOB_ID": "424242", "SLURM_JOB_NAME": "x"}),
+        ("torchrun", {"TORCHELASTIC_RUN_ID": "run-77"}),
+        ("plain", {}))}
+    try:
+        cgroup = live.read_text(f"proc/{procs['plain'].pid}/cgroup")
+        if "slurm" in cgroup or "kubepods" in cgroup:
+            pytest.skip(f"this test runs inside a job's cgroup: {cgroup.strip()}")
+        comm = live.read_text(f"proc/{procs['plain'].pid}/comm").strip()
+        assert owner(live, procs["slurm"].pid) == Owner("slurm", "424242")
+        assert owner(live, procs["torchrun"].pid) == Owner("process", "run-77")
+        assert owner(live, procs["plain"].pid) == Owner("process", comm)
+        assert comm.startswith("python")
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+    assert owner(live, procs["plain"].pid) is None  # gone (reaped): no files, no row
