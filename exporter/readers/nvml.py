@@ -35,6 +35,7 @@ THROTTLE_BITS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_NO_PERMISSION = 4
 NVML_GPU_UTILIZATION_SAMPLES = 1
 NVML_CLOCK_SM = 1
 NVML_TEMPERATURE_GPU = 0
@@ -348,7 +349,13 @@ class NvmlGpus:
     def processes(self, index: int) -> list[GpuProcess]:
         nv, gpu = self._nvml, self._gpus[index]
         try:
-            procs = nv.nvmlDeviceGetComputeRunningProcesses(gpu.handle)
+            try:
+                procs = nv.nvmlDeviceGetComputeRunningProcesses(gpu.handle)
+            except nv.NVMLError as e:
+                # In MIG mode the whole GPU's list needs privileges; each MIG device's does not.
+                if e.value != NVML_ERROR_NO_PERMISSION or not self._mig_handles(gpu):
+                    raise
+                procs = [p for h in self._mig_handles(gpu) for p in nv.nvmlDeviceGetComputeRunningProcesses(h)]
         except Exception as e:  # noqa: BLE001
             raise self._error(f"NVML gpu {index} compute processes", e) from e
         # usedGpuMemory is None where the driver cannot say (no permission, MIG).
@@ -356,7 +363,11 @@ class NvmlGpus:
                 for p in procs]
 
     def mig_uuids(self, index: int) -> list[str]:
-        nv, gpu = self._nvml, self._gpus[index]
+        return [_text(self._nvml.nvmlDeviceGetUUID(h)) for h in self._mig_handles(self._gpus[index])]
+
+    def _mig_handles(self, gpu: _LiveGpu) -> list:
+        """The GPU's MIG devices; none when MIG is off or unsupported."""
+        nv = self._nvml
         try:
             current, _ = nv.nvmlDeviceGetMigMode(gpu.handle)
         except Exception:  # noqa: BLE001 - not a MIG-capable GPU
@@ -366,7 +377,7 @@ class NvmlGpus:
         out = []
         for i in range(nv.nvmlDeviceGetMaxMigDeviceCount(gpu.handle)):
             try:
-                out.append(_text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, i))))
+                out.append(nv.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, i))
             except Exception:  # noqa: BLE001 - NVML_ERROR_NOT_FOUND: no MIG device in that slot
                 continue
         return out
