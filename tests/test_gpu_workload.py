@@ -521,3 +521,41 @@ def test_live_processes_are_told_apart_by_their_real_proc_files():
             p.kill()
             p.wait()
     assert owner(live, procs["plain"].pid) is None  # gone (reaped): no files, no row
+
+
+def test_a_kubelet_restart_costs_one_read_and_is_reached_again_at_once(node_copy, caplog):
+    root = copy_node(node_copy, "h100-8gpu")
+    u = uuids(root)
+    first = Kubelet(Lister([gpu_pod("a", "job-0", "c", u[0])]))
+    try:
+        node = Node(root, workload=options(kubelet_socket=first.socket)).tick()
+        assert rows(node) == {("0", "a/job", "kubernetes", "a", "job-0", "c")}
+        first.server.stop(0)
+        import socket
+
+        if os.path.exists(first.socket):
+            os.unlink(first.socket)
+        stale = socket.socket(socket.AF_UNIX)
+        stale.bind(first.socket)  # the socket file of a kubelet that is down: bound, refusing
+        with caplog.at_level(logging.WARNING, logger="gpunet.exporter"):
+            node.tick()
+        stale.close()
+        assert up(node) == 0.0 and rows(node) == set()
+        assert f"kubelet PodResources {first.socket}: List failed: UNAVAILABLE" in problems(caplog)
+        # The kubelet comes back on the same socket: the next read reaches it, without waiting
+        # out gRPC's reconnect backoff.
+        again = grpc.server(futures.ThreadPoolExecutor(2))
+        api_pb2_grpc.add_PodResourcesListerServicer_to_server(Lister([gpu_pod("a", "job-1", "c", u[1])]), again)
+        if os.path.exists(first.socket):
+            os.unlink(first.socket)
+        again.add_insecure_port(f"unix://{first.socket}")
+        again.start()
+        try:
+            started = time.monotonic()
+            node.tick()
+            assert time.monotonic() - started < 1.0
+            assert up(node) == 1.0 and rows(node) == {("1", "a/job", "kubernetes", "a", "job-1", "c")}
+        finally:
+            again.stop(0)
+    finally:
+        first.stop()
