@@ -14,6 +14,7 @@ import sys
 from diagnoser.classify import classify
 from diagnoser.features import compute
 from diagnoser.incidents import absorb_symptoms, merge, periodic_stalls
+from diagnoser.jobcli import add_arguments as add_job_arguments, nccl_evidence, per_job
 from diagnoser.report import dumps, to_json, to_text
 from diagnoser.sources.replay import TraceError, frame_from_trace
 from diagnoser.sources.prometheus import frame_from_prometheus
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start", help="window start, RFC 3339 or Unix seconds")
     p.add_argument("--end", help="window end, RFC 3339 or Unix seconds")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    add_job_arguments(p)
     add_connection_arguments(p)
     p.add_argument("--fail-on-findings", action="store_true", help="exit 3 when something was found")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
@@ -61,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     except (TraceError, PromError, ValueError, OSError) as e:
         print(f"diagnose: {e}", file=sys.stderr)
         return 1
+    handled = per_job(frame, args)  # several jobs, or --job: one diagnosis per job
+    if handled is not None:
+        return handled
     features = compute(frame)
     incidents, stalls = periodic_stalls(
         absorb_symptoms(merge(classify(features), frame.step), frame.step), frame.step)
@@ -70,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if not frame.has_gpus:
         notes.append("no GPU series: network conditions are reported, their GPU impact is unknown")
     doc = to_json(features, incidents, notes)
+    nccl_evidence(doc, frame, args.nccl_records)
     if args.html:
         from diagnoser.html import render
 

@@ -2,7 +2,10 @@
 
 A labelled incident is detected when a finding has the same class, overlaps it by at
 least half of the shorter of the two intervals, and, for localised classes, names every
-culprit. A finding that matches no labelled incident is a false finding.
+culprit; in a trace of several jobs (incidents with a `job` key) the finding must also be
+reported under that job, unless it is under a group found by behaviour (no workload
+information: the group has no name to compare). A finding that matches no labelled
+incident is a false finding.
 """
 
 from __future__ import annotations
@@ -12,10 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diagnoser.incidents import LOCALISED
+from diagnoser.jobs import UNATTRIBUTED
 
 
 def matches(truth: dict, finding: dict) -> bool:
     if truth["class"] != finding["class"]:
+        return False
+    job = finding.get("job")
+    if truth.get("job") and job and not job.startswith(UNATTRIBUTED) and job != truth["job"]:
         return False
     overlap = min(truth["end"], finding["end"]) - max(truth["start"], finding["start"])
     if overlap < 0.5 * min(truth["end"] - truth["start"], finding["end"] - finding["start"]):

@@ -37,7 +37,9 @@ NIC_COUNTERS = {c.NIC_TRANSMIT_BYTES.name: "tx_bytes", c.NIC_RECEIVE_BYTES.name:
                 c.NIC_SATURATED_SECONDS.name: "saturated"}
 WANTED = {*NIC_COUNTERS, c.NIC_PFC_PAUSE_FRAMES.name, c.NIC_FABRIC.name, c.NIC_LINK_SPEED.name, c.NIC_UP.name, c.NIC_INFO.name,
           c.GPU_BUSY_SECONDS.name, c.GPU_IDLE_SECONDS.name, c.GPU_THROTTLED_SECONDS.name, c.GPU_SM_CLOCK.name,
-          c.GPU_INFO.name, c.TCP_RETRANSMITTED.name, c.TCP_SENT.name, c.NODE_NETWORK_STATE_SECONDS.name}
+          c.GPU_INFO.name, c.TCP_RETRANSMITTED.name, c.TCP_SENT.name, c.NODE_NETWORK_STATE_SECONDS.name,
+          c.GPU_WORKLOAD_INFO.name}
+WORKLOAD_COLUMNS = ("instance", "gpu", "workload", "source", "namespace", "window")
 
 
 @dataclass
@@ -59,6 +61,12 @@ class Frame:
     # even when `nic` holds only the suspect nodes (drill-down from Prometheus).
     fabric_speed_median: np.ndarray | None = None
     warnings: list[str] = field(default_factory=list)
+    # Which workload held which GPU in which window (gpunet_gpu_workload_info): one row per
+    # (instance, gpu, workload, window) held; empty where the source has none.
+    workloads: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=WORKLOAD_COLUMNS))
+    # Per node at the fine grain: index (instance, window), busy and idle_<state> seconds.
+    # Tells which nodes' GPU activity rises and falls together (diagnoser/jobs.py).
+    node_fine: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def instances(self) -> list[str]:
@@ -136,6 +144,8 @@ class FrameBuilder:
         self.sm_clock: dict[str, list[np.ndarray]] = {}
         self.throttled: dict[tuple[str, str], np.ndarray] = {}
         self.warnings: list[str] = []
+        self.node_fine: dict[str, dict[str, np.ndarray]] = {}
+        self.workloads: list[tuple] = []
 
     def _acc(self, table: dict, key, column: str, values: np.ndarray) -> None:
         row = table.setdefault(key, {})
@@ -166,7 +176,9 @@ class FrameBuilder:
             busy = counter_increase(t, v, e)
             self._acc(self.node, instance, "busy", busy)
             self._acc(self.gpu, (instance, labels.get("gpu", "")), "busy", busy)
-            self._acc(self.fine, "busy", "busy", counter_increase(t, v, self.fine_edges))
+            fine_busy = counter_increase(t, v, self.fine_edges)
+            self._acc(self.fine, "busy", "busy", fine_busy)
+            self._acc(self.node_fine, instance, "busy", fine_busy)
             self.gpu_seen.setdefault(instance, set()).add(labels.get("gpu", ""))
         elif name == c.GPU_IDLE_SECONDS.name:
             state = labels.get("network_state", "quiet")
@@ -174,7 +186,9 @@ class FrameBuilder:
                 idle = counter_increase(t, v, e)
                 self._acc(self.node, instance, f"idle_{state}", idle)
                 self._acc(self.gpu, (instance, labels.get("gpu", "")), "idle", idle)
-                self._acc(self.fine, "idle", f"idle_{state}", counter_increase(t, v, self.fine_edges))
+                fine_idle = counter_increase(t, v, self.fine_edges)
+                self._acc(self.fine, "idle", f"idle_{state}", fine_idle)
+                self._acc(self.node_fine, instance, f"idle_{state}", fine_idle)
         elif name == c.GPU_THROTTLED_SECONDS.name:
             # Reasons overlap in time: a GPU's throttled time is its busiest reason's.
             key = (instance, labels.get("gpu", ""))
@@ -184,6 +198,11 @@ class FrameBuilder:
             clock = gauge_stats(t, v, e)[0]
             self.sm_clock.setdefault(instance, []).append(clock)
             self.gpu.setdefault((instance, labels.get("gpu", "")), {})["sm_clock"] = clock
+        elif name == c.GPU_WORKLOAD_INFO.name:
+            mean, _ = gauge_stats(t, v, e)
+            for w in self.edges[:-1][np.nan_to_num(mean) > 0]:
+                self.workloads.append((instance, labels.get("gpu", ""), labels.get("workload", ""),
+                                       labels.get("source", ""), labels.get("namespace", ""), float(w)))
         elif name == c.TCP_RETRANSMITTED.name:
             self._acc(self.node, instance, "tcp_retrans", counter_increase(t, v, e))
         elif name == c.TCP_SENT.name:
@@ -252,8 +271,19 @@ class FrameBuilder:
         fine_cols = {**self.fine.get("busy", {}), **self.fine.get("idle", {})}
         fine = pd.DataFrame(fine_cols, index=pd.Index(self.fine_edges[:-1], name="window")) if fine_cols \
             else pd.DataFrame()
-        return assemble(self.source, self.start, self.end, self.step, self.scrape_interval, windows, node_cols,
-                        nic_rows, bool(self.gpu_seen), fine, speed_median, self.warnings, self.gpu)
+        frame = assemble(self.source, self.start, self.end, self.step, self.scrape_interval, windows, node_cols,
+                         nic_rows, bool(self.gpu_seen), fine, speed_median, self.warnings, self.gpu)
+        frame.workloads = pd.DataFrame(self.workloads, columns=WORKLOAD_COLUMNS)
+        frame.node_fine = fine_table(self.node_fine, self.fine_edges[:-1])
+        return frame
+
+
+def fine_table(rows: dict[str, dict[str, np.ndarray]], windows: np.ndarray) -> pd.DataFrame:
+    """Per-node fine columns -> one frame indexed by (instance, window)."""
+    if not rows:
+        return pd.DataFrame()
+    columns = ("busy", *(f"idle_{s}" for s in c.NETWORK_STATES))
+    return _table({(i,): cols for i, cols in rows.items()}, ("instance",), columns, windows)
 
 
 def _table(rows: dict[tuple, dict[str, np.ndarray]], keys: tuple[str, ...], columns: tuple[str, ...],

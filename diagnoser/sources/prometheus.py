@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from diagnoser.frame import FINE, NIC_COUNTERS, Frame, assemble, choose_step
+from diagnoser.frame import FINE, NIC_COUNTERS, WORKLOAD_COLUMNS, Frame, assemble, choose_step, fine_table
 from gpunet import contract as c
 from gpunet.promapi import PromError, PrometheusClient
 
@@ -222,9 +222,46 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         for column, series in zip(("throttled", "sm_clock"), per_gpu):
             for key, values in series.items():
                 gpu_rows.setdefault(key, {})[column] = values
+    workloads, node_fine = await _jobs_inputs(q, has_gpus, fine_step, fine_windows)
     progress(f"{client.requests} queries in all")
-    return assemble(f"prometheus:{client.url}", start, end, step, scrape, windows, node_cols, nic_rows, has_gpus,
-                    fine, speed_median, [], gpu_rows)
+    frame = assemble(f"prometheus:{client.url}", start, end, step, scrape, windows, node_cols, nic_rows, has_gpus,
+                     fine, speed_median, [], gpu_rows)
+    frame.workloads, frame.node_fine = workloads, node_fine
+    return frame
+
+
+async def _jobs_inputs(q: _Queries, has_gpus: bool, fine_step: float, fine_windows: np.ndarray):
+    """What splits the cluster into jobs (diagnoser/jobs.py): which workload held which GPU
+    in which window (aggregated on the server), and each node's GPU time at the fine grain."""
+    info = await q.by(f"max by (instance, gpu, workload, source, namespace) "
+                      f"(max_over_time({c.GPU_WORKLOAD_INFO.name}{{$M}}[$S]))",
+                      ("instance", "gpu", "workload", "source", "namespace"))
+    rows = [(*key, float(w)) for key, values in info.items() for w in q.windows[np.nan_to_num(values) > 0]]
+    workloads = pd.DataFrame(rows, columns=WORKLOAD_COLUMNS)
+    node_fine = pd.DataFrame()
+    if has_gpus and len(q.instances) > 1:
+        # The counters themselves at every fine edge, differenced here: an increase() over a
+        # range of one scrape interval holds one sample or none.
+        edges = np.concatenate(([fine_windows[0] - fine_step], fine_windows))
+        busy, idle = await asyncio.gather(
+            q.by(f"sum by (instance) ({c.GPU_BUSY_SECONDS.name}{{$M}})", ("instance",), step=fine_step,
+                 windows=edges),
+            q.by(f"sum by (instance, network_state) ({c.GPU_IDLE_SECONDS.name}{{$M}})", ("instance", "network_state"),
+                 step=fine_step, windows=edges))
+
+        def increase(values: np.ndarray) -> np.ndarray:
+            delta = np.diff(values)
+            delta[delta < 0] = np.nan  # a reset (or a GPU gone): unknown, not negative
+            return delta
+
+        cols: dict[str, dict[str, np.ndarray]] = {}
+        for (instance,), values in busy.items():
+            cols.setdefault(instance, {})["busy"] = increase(values)
+        for (instance, state), values in idle.items():
+            if state in c.NETWORK_STATES:
+                cols.setdefault(instance, {})[f"idle_{state}"] = increase(values)
+        node_fine = fine_table(cols, fine_windows)
+    return workloads, node_fine
 
 
 def _suspects(node_cols: dict[str, dict[str, np.ndarray]], step: float) -> list[str]:

@@ -1,0 +1,167 @@
+"""Several training jobs in one cluster: one trace, per-job ground truth.
+
+    python -m gpunet.simulate.multijob OUT.om.gz --duration 30m --scrape 30s --seed 7 \\
+        --job 'llm-pretrain: --nodes 12 --gpus 4 --nics 2' \\
+        --job 'recsys: --nodes 6 --gpus 4 --nics 2 --nic-speed 25G --fault network_bandwidth:start=8m,dur=14m' \\
+        --job 'vision: --nodes 8 --gpus 4 --nics 2 --fault straggler:start=10m,dur=10m'
+
+Each job is simulated as its own cluster (its own size, speed, behaviour and faults: the
+`gpunet-simulate` options after the name), on its own fabric. The nodes are then given
+distinct hostnames of one style, spread over the cluster at random (jobs are not placed in
+name order on real clusters), and the series merged into one trace with each metric
+family contiguous (contract section 3). Every GPU gets its gpunet_gpu_workload_info series
+(source kubernetes), unless --no-workload-info: then only behaviour tells the jobs apart.
+
+labels.json: the incidents of every job, each with a `job` key, and `jobs`: each job's
+instances.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from gpunet import contract as C
+from gpunet.simulate.cli import build_parser as simulate_parser
+from gpunet.simulate.cli import spec_from_args
+from gpunet.simulate.cluster import hostname
+from gpunet.simulate.params import HOSTNAME_STYLES
+from gpunet.trace import TraceWriter, timestamp_suffixes
+
+
+def parse_job(text: str) -> tuple[str, list[str]]:
+    name, colon, rest = text.partition(":")
+    if not colon or not name.strip():
+        raise ValueError(f"--job {text!r}: expected 'NAME: gpunet-simulate options'")
+    return name.strip(), shlex.split(rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m gpunet.simulate.multijob", description=__doc__.split("\n\n")[0])
+    p.add_argument("out")
+    p.add_argument("--job", action="append", required=True, metavar="'NAME: OPTIONS'")
+    p.add_argument("--duration", default="30m")
+    p.add_argument("--scrape", default="30s")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--hostname-style", choices=HOSTNAME_STYLES, default="node")
+    p.add_argument("--port", type=int, default=C.DEFAULT_PORT)
+    p.add_argument("--namespace", default="training")
+    p.add_argument("--no-workload-info", action="store_true", help="leave gpunet_gpu_workload_info out")
+    p.add_argument("--compress-level", type=int, default=6)
+    return p
+
+
+def generate(argv: list[str]) -> dict:
+    from gpunet.simulate.engine import simulate
+
+    args = build_parser().parse_args(argv)
+    jobs = [parse_job(j) for j in args.job]
+    results = []
+    for k, (name, opts) in enumerate(jobs):
+        common = ["--duration", args.duration, "--scrape", args.scrape, "--seed", str(args.seed * 100 + k),
+                  "--port", str(args.port)]
+        sim_args = simulate_parser().parse_args(common + opts + ["job.om.gz"])
+        results.append((name, simulate(spec_from_args(sim_args, opts))))
+    # Distinct hostnames, jobs interleaved over the cluster.
+    total = sum(len(r.nodes) for _, r in results)
+    order = np.random.default_rng([args.seed, 9]).permutation(total)
+    k = 0
+    for name, r in results:
+        r.cluster.instances = [hostname(args.hostname_style, int(order[k + i]), r.spec.cluster.gpu_model) +
+                               f":{args.port}" for i in range(len(r.nodes))]
+        k += len(r.nodes)
+    stats = write(results, args.out, not args.no_workload_info, args.namespace, args.compress_level)
+    labels = {"incidents": [], "jobs": [], "notes": "python -m gpunet.simulate.multijob " +
+              " ".join(shlex.quote(a) if a != args.out else Path(a).name for a in argv)}
+    for name, r in results:
+        labels["jobs"].append({"name": name, "nodes": sorted(r.cluster.instances), "gpus_per_node": r.spec.cluster.gpus})
+        labels["incidents"] += [{**i, "job": name} for i in r.labels()["incidents"]]
+    labels["incidents"].sort(key=lambda i: (i["start"], i["job"], i["class"]))
+    path = Path(str(args.out).removesuffix(".gz").removesuffix(".om") + ".labels.json")
+    path.write_text(json.dumps(labels, indent=1) + "\n")
+    return {**stats, "incidents": labels["incidents"], "jobs": labels["jobs"]}
+
+
+def write(results: list, out: str, workload_info: bool, namespace: str, compresslevel: int) -> dict:
+    """Every family once, its series from every job's nodes (contract section 3)."""
+    from gpunet.simulate.output import FAMILIES, _format
+
+    families = list(FAMILIES) + ([(C.GPU_WORKLOAD_INFO, "int")] if workload_info else [])
+    nodes = [(name, r, i, node) for name, r in results for i, node in enumerate(r.nodes)]
+    suffixes = [timestamp_suffixes(node.times.tolist()) for _, _, _, node in nodes]
+    n_series = 0
+    with TraceWriter(out, compresslevel=compresslevel) as w:
+        for metric, kind in families:
+            if metric is C.GPU_WORKLOAD_INFO:
+                per_node = [[({"gpu": g.index, "workload": name, "source": "kubernetes", "namespace": namespace,
+                               "pod": f"{name}-worker-{i}", "container": "trainer"}, np.ones(len(node.times)))
+                             for g in r.cluster.gpus[i]] for name, r, i, node in nodes]
+            else:
+                per_node = [node.series.get(metric.name, ()) for _, _, _, node in nodes]
+            if not any(per_node):
+                continue
+            w.family(metric.name, metric.type, metric.help)
+            for (name, r, i, node), series, sfx in zip(nodes, per_node, suffixes):
+                for labels, values in series:
+                    present = ~np.isnan(values)
+                    if not present.any():
+                        continue
+                    s = sfx if present.all() else [sfx[j] for j in np.flatnonzero(present)]
+                    w.series_formatted(metric.name, {**labels, "instance": r.cluster.instances[i],
+                                                     "job": r.spec.cluster.job}, _format(values[present], kind), s)
+                    n_series += 1
+        samples = w.samples
+    return {"series": n_series, "samples": samples, "bytes": Path(out).stat().st_size}
+
+
+# The committed multi-job traces (replay_data/): python -m gpunet.simulate.multijob --committed replay_data/
+SMALL = "--gpus 4 --nics 2"
+COMMITTED = {
+    "jobs2_straggler": ("two jobs: a healthy 8-node job and a 6-node job with a straggler",
+                        ["--duration", "30m", "--scrape", "30s", "--seed", "201", "--compress-level", "9",
+                         "--job", f"llm-pretrain: --nodes 8 {SMALL}",
+                         "--job", f"vision-ft: --nodes 6 {SMALL} --fault straggler:start=10m,dur=10m"]),
+    "jobs3": ("three jobs: healthy (12 nodes), network-bound on 25G links (6 nodes), a straggler (8 nodes)",
+              ["--duration", "30m", "--scrape", "30s", "--seed", "202", "--compress-level", "9",
+               "--hostname-style", "rack",
+               "--job", f"llm-a: --nodes 12 {SMALL}",
+               "--job", f"recsys-b: --nodes 6 {SMALL} --nic-speed 25G "
+                        "--fault network_bandwidth:start=8m,dur=14m,strength=2.5",
+               "--job", f"moe-c: --nodes 8 {SMALL} --fault straggler:start=12m,dur=10m,variant=trickle"]),
+    "jobs3_no_workload_info": ("three jobs as in jobs3 (other seed, 20 s scrapes, incidents at other times) "
+                               "without gpunet_gpu_workload_info: only behaviour groups the nodes",
+                               ["--duration", "30m", "--scrape", "20s", "--seed", "203", "--compress-level", "9",
+                                "--no-workload-info",
+                                "--job", f"llm-a: --nodes 12 {SMALL}",
+                                "--job", f"recsys-b: --nodes 6 {SMALL} --nic-speed 25G "
+                                         "--fault network_bandwidth:start=4m,dur=10m,strength=2.5",
+                                "--job", f"moe-c: --nodes 8 {SMALL} --fault straggler:start=17m,dur=10m"]),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--committed"]:
+        outdir = Path(argv[1] if len(argv) > 1 else "replay_data")
+        for name, (_, opts) in COMMITTED.items():
+            stats = generate([str(outdir / f"{name}.om.gz"), *opts])
+            print(f"{name}: {stats['series']} series, {stats['bytes'] / 1e3:.0f} kB, "
+                  f"{len(stats['incidents'])} incident(s)", file=sys.stderr)
+        return 0
+    try:
+        stats = generate(argv)
+    except ValueError as e:
+        print(f"multijob: {e}", file=sys.stderr)
+        return 2
+    print(f"{argv[0]}: {stats['series']} series, {len(stats['jobs'])} jobs, {len(stats['incidents'])} incident(s)",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
