@@ -11,6 +11,8 @@ import asyncio
 import os
 import sys
 
+from diagnoser.audit_cli import run_audit
+from diagnoser.audit_report import add_configuration
 from diagnoser.classify import classify
 from diagnoser.features import compute
 from diagnoser.incidents import absorb_symptoms, merge, periodic_stalls
@@ -37,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_arguments(p)
     p.add_argument("--fail-on-findings", action="store_true", help="exit 3 when something was found")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
+    p.add_argument("--audit", action="store_true",
+                   help="only the configuration audit (PFC/ECN, NUMA, PCIe, speeds, MTU, bonds); fast")
     return p
 
 
@@ -46,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         print("diagnose: give --replay FILE or --prometheus URL (or set GPUNET_PROMETHEUS_URL)", file=sys.stderr)
         return 2
     progress = (lambda m: print(f"diagnose: {m}", file=sys.stderr))
+    if args.audit:
+        return run_audit(args, progress)
     try:
         if args.replay:
             since = parse_duration(args.since) if args.since else None
@@ -75,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if not frame.has_gpus:
         notes.append("no GPU series: network conditions are reported, their GPU impact is unknown")
     doc = to_json(features, incidents, notes)
+    add_configuration(doc, frame.config)
     nccl_evidence(doc, frame, args.nccl_records)
     if args.html:
         from diagnoser.html import render

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 
+from diagnoser.audit_report import configuration_lines
 from diagnoser.features import Features
 from diagnoser.incidents import Incident
 from gpunet.window import rfc3339
@@ -111,6 +112,7 @@ def to_text(doc: dict, markdown: bool = False) -> str:
             lines.append(f"   - {key.replace('_', ' ')}: {_fmt(value)}")
         lines.append(f"   what to do: {f['remediation']}")
         lines.append("")
+    lines.extend(configuration_lines(doc, markdown))
     for note in doc.get("notes", [])[:5]:
         lines.append(f"note: {note}")
     if markdown:  # bullets and paragraphs instead of the terminal's indentation

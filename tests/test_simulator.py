@@ -405,7 +405,8 @@ def test_generated_trace_is_contract_conformant_and_parses_with_prometheus_clien
     from prometheus_client.openmetrics.parser import text_string_to_metric_families
     generate(["--nodes", "3", "--gpus", "1", "--nics", "2", "--duration", "6m", "--seed", "5", "--fault",
               "link_degraded:start=2m,dur=2m,variant=flap", "--confounder", "spare_port:nodes=1",
-              "--confounder", "exporter_restart:nodes=1,at=3m", str(tmp_path / "x.om")])
+              "--confounder", "exporter_restart:nodes=1,at=3m", "--config-fault", "bond:culprits=0",
+              str(tmp_path / "x.om")])
     check_trace_file(tmp_path / "x.om")
     families = list(text_string_to_metric_families((tmp_path / "x.om").read_text()))
     names = {f.name for f in families}

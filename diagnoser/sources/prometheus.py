@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from diagnoser.frame import FINE, NIC_COUNTERS, WORKLOAD_COLUMNS, Frame, assemble, choose_step, fine_table
+from diagnoser.sources.promconfig import config_from_prometheus
 from gpunet import contract as c
 from gpunet.promapi import PromError, PrometheusClient
 
@@ -223,10 +224,12 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
             for key, values in series.items():
                 gpu_rows.setdefault(key, {})[column] = values
     workloads, node_fine = await _jobs_inputs(q, has_gpus, fine_step, fine_windows)
+    config = await config_from_prometheus(client, start, end)
     progress(f"{client.requests} queries in all")
     frame = assemble(f"prometheus:{client.url}", start, end, step, scrape, windows, node_cols, nic_rows, has_gpus,
                      fine, speed_median, [], gpu_rows)
     frame.workloads, frame.node_fine = workloads, node_fine
+    frame.config = config
     return frame
 
 

@@ -90,13 +90,18 @@ class _Warnings:
 
 
 def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
-               warn: Callable[[str], None] | None = None) -> Iterator[RawSeries]:
+               warn: Callable[[str], None] | None = None,
+               sparse: Callable[[str], bool] | None = None) -> Iterator[RawSeries]:
     """Yield the series of the wanted sample names. Raises TraceError on what cannot be
     read (a line too long, a sample without timestamp, malformed labels, a broken
     compressed stream); recoverable damage is repaired with a warning naming file, line
     and series, never fatal: duplicate or out-of-order samples, NaN/Inf values or
     timestamps, negative counters, samples outside their family's block. Series outside
-    the gpunet contract are skipped and counted."""
+    the gpunet contract are skipped and counted.
+
+    `sparse` families (constant configuration gauges, sampled at every scrape) keep only the
+    samples where a series' value changes, and its last one: a line repeating the previous
+    value is recognised by its prefix, without being split."""
     path = Path(path)
     notes = _Warnings(path, warn or (lambda message: None))
     wanted = wanted or (lambda name: True)
@@ -104,6 +109,11 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
     key: bytes | None = None
     key_line = 0  # line of the current series' first sample
     skip_family = False
+    sparse_family = False
+    sparse = sparse or (lambda name: False)
+    repeat = b""  # a sparse series' key and its last kept value: a line starting so repeats it
+    pending: bytes | None = None  # the latest repeated line (kept as the series' last sample)
+    pending_line = 0
     family_b = b""
     values: list[bytes] = []
     stamps: list[bytes] = []
@@ -118,6 +128,15 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
         unknown_first = unknown_first or line
         if len(unknown_named) < MAX_NAMED:
             unknown_named.append(f"{name[:80]} (line {line})")
+
+    def keep_pending() -> None:
+        nonlocal pending
+        parts = pending.rsplit(b" ", 2)
+        if len(parts) != 3 or parts[0] != key:
+            raise TraceError(f"{path}:{pending_line}: expected 'series value timestamp': {pending[:120]!r}")
+        values.append(parts[1])
+        stamps.append(parts[2])
+        pending = None
 
     def flush() -> RawSeries | None:
         if key is None or not values:
@@ -190,6 +209,7 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
                             family_b = fields[2] if len(fields) > 2 else b""
                             family = family_b.decode("utf-8", "replace")
                             skip_family = not (wanted(family) or wanted(family + "_total"))
+                            sparse_family = not skip_family and sparse(family)
                             if skip_family and not family.startswith("gpunet_"):
                                 outside_contract(lineno, family)
                         elif line.startswith(b"# EOF"):
@@ -202,12 +222,18 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
                         family_b = line.split(b"{", 1)[0].split(b" ", 1)[0]
                         family = family_b.decode("utf-8", "replace")
                         skip_family = not wanted(family)
+                        sparse_family = not skip_family and sparse(family)
                         if skip_family:
                             if not family.startswith("gpunet_"):
                                 outside_contract(lineno, family)
                             continue
                         notes("samples outside their family's block", f"{path}:{lineno}: samples of {family[:80]} "
                               f"outside their family's '# TYPE' block: read")
+                    if sparse_family and repeat and line.startswith(repeat):
+                        pending, pending_line = line, lineno
+                        continue
+                    if pending is not None:
+                        keep_pending()
                     parts = line.rsplit(b" ", 2)
                     if len(parts) != 3:
                         raise TraceError(f"{path}:{lineno}: expected 'series value timestamp' "
@@ -219,6 +245,7 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
                         key, key_line, values, stamps = parts[0], lineno, [], []
                     values.append(parts[1])
                     stamps.append(parts[2])
+                    repeat = parts[0] + b" " + parts[1] + b" " if sparse_family else b""
             if tail.strip() == b"# EOF":
                 seen_eof = True  # the last line without its newline
             elif tail.strip():
@@ -228,6 +255,8 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
                          f"or corrupt file") from None
     except OSError as e:
         raise TraceError(f"{path}: {e.strerror or e}") from None
+    if pending is not None:
+        keep_pending()
     series = flush()
     if series is not None:
         yield series
@@ -316,8 +345,11 @@ def _time_range(path, series: list[RawSeries], note: Callable[[str], None]) -> t
 
 
 def frame_from_trace(path: str | Path, since: float | None = None, start: float | None = None,
-                     end: float | None = None, warn: Callable[[str], None] | None = None):
-    """The tidy frame of a trace; the window ends at the trace's last sample unless given."""
+                     end: float | None = None, warn: Callable[[str], None] | None = None,
+                     wanted: set[str] | frozenset[str] | None = None):
+    """The tidy frame of a trace; the window ends at the trace's last sample unless given.
+    `wanted`: read only these families (the audit needs only diagnoser.config.METRICS)."""
+    from diagnoser.config import SPARSE
     from diagnoser.frame import WANTED, FrameBuilder, choose_step
 
     warnings: list[str] = []
@@ -327,7 +359,8 @@ def frame_from_trace(path: str | Path, since: float | None = None, start: float 
         if warn:
             warn(message)
 
-    series = _merge_repeated(read_trace(path, lambda name: name in WANTED, note), _Warnings(Path(path), note))
+    series = _merge_repeated(read_trace(path, (wanted or WANTED).__contains__, note, SPARSE.__contains__),
+                             _Warnings(Path(path), note))
     series = [s for s in series if len(s.timestamps)]
     if not series:
         raise TraceError(f"{path}: no gpunet series in the trace")
@@ -337,10 +370,13 @@ def frame_from_trace(path: str | Path, since: float | None = None, start: float 
     start_t = max(start_t, first)
     if end_t <= start_t:
         raise TraceError(f"{path}: the window holds no samples (trace covers {first:.0f}..{last:.0f})")
-    gaps = [np.median(np.diff(s.timestamps)) for s in series[:2000] if len(s.timestamps) > 2]
+    gaps = [np.median(np.diff(s.timestamps)) for s in series[:2000] if len(s.timestamps) > 2 and s.name not in SPARSE]
     scrape = float(np.median(gaps)) if gaps else 15.0
     builder = FrameBuilder(f"replay:{Path(path).name}", start_t, end_t, choose_step(start_t, end_t, scrape), scrape)
     for s in series:
+        if s.name in SPARSE:  # value changes only: the value in force at the window start comes before it
+            builder.add(s.name, s.labels, s.timestamps, s.values)
+            continue
         # One scrape before the window start, so the first window's increase is whole.
         keep = (s.timestamps >= start_t - 1.5 * scrape) & (s.timestamps <= end_t)
         builder.add(s.name, s.labels, s.timestamps[keep], s.values[keep])

@@ -16,8 +16,8 @@ import time
 
 from gpunet.contract import BOTTLENECK_CLASSES
 from gpunet.simulate.faults import STRENGTH
-from gpunet.simulate.params import (CONFOUNDERS, HOSTNAME_STYLES, ClusterParams, FabricParams, JobParams,
-                                    ScrapeParams, SimSpec, parse_confounder, parse_duration, parse_fault,
+from gpunet.simulate.params import (CONFIG_FAULTS, CONFOUNDERS, HOSTNAME_STYLES, ClusterParams, FabricParams, JobParams,
+                                    ScrapeParams, SimSpec, parse_config_fault, parse_confounder, parse_duration, parse_fault,
                                     parse_speed)
 
 FAULT_HELP = "; ".join(f"{c}: strength = {STRENGTH[c][2]}" for c in BOTTLENECK_CLASSES)
@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--fault", action="append", default=[], metavar="SPEC")
     p.add_argument("--confounder", action="append", default=[], metavar="SPEC")
+    p.add_argument("--config-fault", action="append", default=[], metavar="SPEC",
+                   help="a configuration mistake on some nodes (never labelled as an incident): "
+                        "KIND[:culprits=I+J,...], kinds: " + ", ".join(CONFIG_FAULTS))
     p.add_argument("--compress-level", type=int, default=6)
     p.add_argument("--quiet", action="store_true")
     return p
@@ -91,6 +94,7 @@ def spec_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> S
     return SimSpec(cluster=cluster, job=job, fabric=FabricParams(ecn=not args.no_ecn), scrape=scrape,
                    faults=[parse_fault(x, duration) for x in args.fault],
                    confounders=[parse_confounder(x) for x in args.confounder],
+                   config_faults=[parse_config_fault(x) for x in args.config_fault],
                    duration=duration, start_time=args.start, seed=args.seed, command=command)
 
 

@@ -71,13 +71,15 @@ def mgmt_port(speed_bytes: float) -> NicPort:
     return NicPort(MGMT_DEVICE, "", "", driver, "0", "0000:02:00.0")
 
 
-def gpus(count: int, host: str) -> list[GpuDev]:
+def gpus(count: int, host: str, nics: int = 2) -> list[GpuDev]:
+    """Each GPU on the NUMA node of its rail's NIC (GPU g uses rail g * nics // count)."""
+    rails = rdma_ports(nics)
     out = []
     for g in range(count):
         h = hashlib.sha1(f"{host}/{g}".encode()).hexdigest()
         uuid = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
         bus = 0x18 + 0x10 * g
-        out.append(GpuDev(str(g), uuid, f"00000000:{bus:02X}:00.0", str(g * 2 // max(count, 1))))
+        out.append(GpuDev(str(g), uuid, f"00000000:{bus:02X}:00.0", rails[g * nics // count].numa_node))
     return out
 
 
@@ -94,7 +96,7 @@ class Cluster:
     def build(cls, p: ClusterParams) -> "Cluster":
         hosts = [hostname(p.hostname_style, i, p.gpu_model) for i in range(p.nodes)]
         return cls(p, hosts, [f"{h}:{p.port}" for h in hosts], rdma_ports(p.nics), mgmt_port(p.mgmt_speed),
-                   [gpus(p.gpus, h) for h in hosts])
+                   [gpus(p.gpus, h, p.nics) for h in hosts])
 
     def spare_port(self) -> NicPort:
         """An extra RDMA port (second function of the last card, or a card of its own)."""

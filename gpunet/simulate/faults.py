@@ -190,8 +190,9 @@ class LinkDegraded(Fault):
                 downs.append((t, min(t + d, self.end)))
                 t += d + max(mean_down / frac - mean_down, 1.0) * rng.uniform(0.6, 1.4)
         else:
-            # renegotiation at the lower speed, and again when the cable is fixed
-            downs = [(self.start, self.start + 2.0), (self.end, self.end + 2.0)]
+            # renegotiation at the lower speed, and again when the cable is fixed (if within the trace)
+            downs = [(self.start, self.start + 2.0)] + ([(self.end, self.end + 2.0)]
+                                                        if self.end < self.sim.duration else [])
             self.new_speed = self.spec.speed or self.sim.cluster.nic_speed * self.strength
         self.downs = downs
 

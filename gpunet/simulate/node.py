@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpunet import contract as C
+from gpunet.simulate import configfacts
 from gpunet.simulate.cluster import Cluster, NicPort
 from gpunet.simulate.conditions import GBN_TAIL, Timeline
 from gpunet.simulate.physics import (QUIET, Schedule, Ticks, gpu_busy_cumulative, network_state,
@@ -214,7 +215,8 @@ class NodeModel:
         ones = np.ones(n)
         for p in ports + [mgmt] + ([self.cluster.spare_port()] if setup.spare_port else []):
             add(C.NIC_INFO.name, {"device": p.device, "rdma_device": p.rdma_device, "port": p.port,
-                                  "driver": p.driver, "link_layer": "Ethernet", "numa_node": p.numa_node,
+                                  "driver": p.driver, "link_layer": "Ethernet",
+                                  "numa_node": configfacts.numa_of(self.spec, i, p),
                                   "pci_address": p.pci_address}, ones)
         for k, p in enumerate(ports):
             d = {"device": p.device}
@@ -280,6 +282,8 @@ class NodeModel:
         # --- GPUs ---------------------------------------------------------------------------------
         if setup.gpu_series and n_gpus:
             self._gpus(i, setup, rng, add, derived, busy, idle_cum, kidx, kall, n, exp_up, seg_now)
+        configfacts.emit(spec, ports + ([self.cluster.spare_port()] if setup.spare_port else []), mgmt,
+                         self.cluster.gpus[i] if setup.gpu_series else [], i, setup.used, n, add)
         for col in COLLECTORS:
             ok = setup.gpu_series or col not in ("gpu", "gpu_details")
             add(C.COLLECTOR_UP.name, {"collector": col}, (1.0 if ok else 0.0) * ones)

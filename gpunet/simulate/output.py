@@ -22,6 +22,12 @@ FAMILIES: list[tuple[C.MetricSpec, str]] = [
     (C.NIC_RECEIVE_DISCARDS, "int"), (C.NIC_RECEIVE_ERRORS, "int"), (C.NIC_SATURATED_SECONDS, "ms"),
     (C.NIC_TRANSMIT_BYTES, "int"), (C.NIC_UP, "int"), (C.NODE_NETWORK_BURSTS, "int"), (C.NODE_NETWORK_STATE_SECONDS, "ms"),
     (C.TCP_RETRANSMITTED, "int"), (C.TCP_SENT, "int"),
+    # configuration facts (configfacts.py)
+    (C.NIC_PFC_ENABLED, "int"), (C.NIC_ECN_ENABLED, "int"), (C.NIC_LINK_PAUSE_ENABLED, "int"),
+    (C.NIC_QOS_TRUST_INFO, "int"), (C.NIC_MTU, "int"), (C.NIC_PCIE_CURRENT_SPEED, "int"),
+    (C.NIC_PCIE_MAX_SPEED, "int"), (C.NIC_PCIE_CURRENT_WIDTH, "int"), (C.NIC_PCIE_MAX_WIDTH, "int"),
+    (C.GPU_PCIE_CURRENT_SPEED, "int"), (C.GPU_PCIE_MAX_SPEED, "int"), (C.GPU_PCIE_CURRENT_WIDTH, "int"),
+    (C.GPU_PCIE_MAX_WIDTH, "int"), (C.BOND_INFO, "int"), (C.BOND_MEMBER_UP, "int"),
 ]
 
 

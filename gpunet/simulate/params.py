@@ -140,6 +140,31 @@ class ConfounderSpec:
             raise ValueError(f"unknown confounder {self.kind!r}; one of {CONFOUNDERS}")
 
 
+CONFIG_FAULTS = ("ecn_off", "no_pfc_ecn", "pfc_extra", "trust", "link_pause", "mtu", "nic_numa", "pcie_width",
+                 "pcie_speed", "bond")
+CONFIG_OPTIONS = {"culprits", "nics", "gpus", "point", "priority", "value", "direction", "mtu", "numa", "width",
+                  "speed", "target", "mode", "hash", "down"}
+
+
+@dataclass
+class ConfigFaultSpec:
+    """A deployment mistake on some nodes (configfacts.py): it changes what the exporter
+    reports about the configuration, for the whole trace, and nothing else.
+    culprits: node indices (0-based); params: the kind's options (nics=N: the first N rails,
+    gpus=N: the first N GPUs, target=nic|gpu for PCIe, ...)."""
+    kind: str
+    culprits: tuple[int, ...]
+    params: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in CONFIG_FAULTS:
+            raise ValueError(f"unknown config fault {self.kind!r}; one of {CONFIG_FAULTS}")
+        unknown = set(self.params) - CONFIG_OPTIONS
+        if unknown:
+            raise ValueError(f"config fault {self.kind}: unknown option(s) {sorted(unknown)}; known: "
+                             f"{sorted(CONFIG_OPTIONS)}")
+
+
 @dataclass
 class SimSpec:
     cluster: ClusterParams = field(default_factory=ClusterParams)
@@ -148,6 +173,7 @@ class SimSpec:
     scrape: ScrapeParams = field(default_factory=ScrapeParams)
     faults: list[FaultSpec] = field(default_factory=list)
     confounders: list[ConfounderSpec] = field(default_factory=list)
+    config_faults: list[ConfigFaultSpec] = field(default_factory=list)
     duration: float = 3600.0
     start_time: float = 1767225600.0  # 2026-01-01T00:00:00Z
     seed: int = 1
@@ -157,6 +183,9 @@ class SimSpec:
         for f in self.faults:
             if f.start < 0 or f.start >= self.duration:
                 raise ValueError(f"fault {f.cls} starts outside the trace")
+        for x in self.config_faults:
+            if any(not 0 <= i < self.cluster.nodes for i in x.culprits):
+                raise ValueError(f"config fault {x.kind}: culprits {x.culprits} outside 0..{self.cluster.nodes - 1}")
 
 
 # --- parsing the human forms --------------------------------------------------------------------
@@ -249,6 +278,17 @@ def parse_confounder(text: str) -> ConfounderSpec:
     ``dcqcn_background:level=8``, ``backup:nodes=4``."""
     kind, kv = _kv(text)
     return ConfounderSpec(kind, kv)
+
+
+def parse_config_fault(text: str) -> ConfigFaultSpec:
+    """``KIND[:culprits=I+J,key=value,...]``, e.g. ``pcie_width:culprits=3,width=8,nics=1``,
+    ``ecn_off:culprits=0+5,point=reaction``, ``bond:culprits=2,mode=active-backup``."""
+    kind, kv = _kv(text)
+    try:
+        culprits = tuple(int(x) for x in kv.pop("culprits", "0").split("+"))
+    except ValueError:
+        raise ValueError(f"{text!r}: culprits must be node indices joined by + (e.g. culprits=3+17)") from None
+    return ConfigFaultSpec(kind, culprits, kv)
 
 
 def dataclass_diff(obj, default) -> dict:
