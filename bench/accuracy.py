@@ -4,6 +4,8 @@
     python bench/accuracy.py --seed 3000     # another one
     python bench/accuracy.py DIR             # traces with .labels.json in DIR (replay_data/, ...)
 
+Each trace is split into jobs first, as `diagnose` does (a trace of one job stays whole).
+
 The thresholds were tuned on replay_data/ and the suite of seed 1000; seed 2000 and later
 are the measurement. Prints per class: labelled incidents, detected, false findings.
 """
@@ -21,12 +23,18 @@ from diagnoser.classify import classify
 from diagnoser.evaluate import Score, labels_of
 from diagnoser.features import compute
 from diagnoser.incidents import absorb_symptoms, merge, periodic_stalls
+from diagnoser.jobreport import diagnose_jobs
+from diagnoser.jobs import split
 from diagnoser.report import to_json
 from diagnoser.sources.replay import frame_from_trace
 
 
 def diagnose(trace: Path) -> list[dict]:
+    """What `diagnose --format json` finds: one diagnosis per job where there are several."""
     frame = frame_from_trace(trace)
+    jobs = split(frame)
+    if len(jobs) > 1 or jobs[0].how != "behaviour":
+        return diagnose_jobs(frame, jobs, [])[1]["findings"]
     features = compute(frame)
     incidents, _ = periodic_stalls(
         absorb_symptoms(merge(classify(features), frame.step), frame.step), frame.step)

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from diagnoser.config import METRICS as CONFIG_METRICS, ConfigCollector, ConfigSnapshot, empty_snapshot
 from gpunet import contract as c
 
 NODE_COLUMNS = (
@@ -41,8 +40,10 @@ WANTED = {*NIC_COUNTERS, c.NIC_PFC_PAUSE_FRAMES.name, c.NIC_FABRIC.name, c.NIC_L
           c.GPU_INFO.name, c.TCP_RETRANSMITTED.name, c.TCP_SENT.name, c.NODE_NETWORK_STATE_SECONDS.name,
           c.GPU_WORKLOAD_INFO.name}
 WORKLOAD_COLUMNS = ("instance", "gpu", "workload", "source", "namespace", "window")
-
-WANTED |= CONFIG_METRICS  # configuration facts (diagnoser/config.py), for the audit
+# NCCL's inspector plugin, where its dump is scraped too (diagnoser/nccl.py): per rank bus bandwidth.
+NCCL_BUS_BANDWIDTH = "nccl_bus_bandwidth_gbs"
+NCCL_COLUMNS = ("host", "rank", "comm", "collective", "size", "busbw", "time")
+WANTED.add(NCCL_BUS_BANDWIDTH)
 
 
 @dataclass
@@ -64,14 +65,14 @@ class Frame:
     # even when `nic` holds only the suspect nodes (drill-down from Prometheus).
     fabric_speed_median: np.ndarray | None = None
     warnings: list[str] = field(default_factory=list)
-    # Configuration facts, the latest in the window, per node and device (diagnoser/audit.py).
-    config: ConfigSnapshot = field(default_factory=empty_snapshot)
     # Which workload held which GPU in which window (gpunet_gpu_workload_info): one row per
     # (instance, gpu, workload, window) held; empty where the source has none.
     workloads: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=WORKLOAD_COLUMNS))
     # Per node at the fine grain: index (instance, window), busy and idle_<state> seconds.
     # Tells which nodes' GPU activity rises and falls together (diagnoser/jobs.py).
     node_fine: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # NCCL inspector samples found in the source (NCCL_COLUMNS); empty where there are none.
+    nccl: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=NCCL_COLUMNS))
 
     @property
     def instances(self) -> list[str]:
@@ -149,9 +150,9 @@ class FrameBuilder:
         self.sm_clock: dict[str, list[np.ndarray]] = {}
         self.throttled: dict[tuple[str, str], np.ndarray] = {}
         self.warnings: list[str] = []
-        self.config = ConfigCollector(start, end)
         self.node_fine: dict[str, dict[str, np.ndarray]] = {}
         self.workloads: list[tuple] = []
+        self.nccl: list[tuple] = []
 
     def _acc(self, table: dict, key, column: str, values: np.ndarray) -> None:
         row = table.setdefault(key, {})
@@ -164,8 +165,6 @@ class FrameBuilder:
         instance = labels.get("instance")
         if instance is None:
             return
-        if name in CONFIG_METRICS:
-            self.config.add(name, labels, t, v)
         e = self.edges
         if name in NIC_COUNTERS:
             self._acc(self.nic, (instance, labels.get("device", "")), NIC_COUNTERS[name], counter_increase(t, v, e))
@@ -206,6 +205,9 @@ class FrameBuilder:
             clock = gauge_stats(t, v, e)[0]
             self.sm_clock.setdefault(instance, []).append(clock)
             self.gpu.setdefault((instance, labels.get("gpu", "")), {})["sm_clock"] = clock
+        elif name == NCCL_BUS_BANDWIDTH:
+            key = nccl_key(labels)
+            self.nccl.extend((*key, float(value), float(when)) for when, value in zip(t, v))
         elif name == c.GPU_WORKLOAD_INFO.name:
             mean, _ = gauge_stats(t, v, e)
             for w in self.edges[:-1][np.nan_to_num(mean) > 0]:
@@ -282,9 +284,17 @@ class FrameBuilder:
         frame = assemble(self.source, self.start, self.end, self.step, self.scrape_interval, windows, node_cols,
                          nic_rows, bool(self.gpu_seen), fine, speed_median, self.warnings, self.gpu)
         frame.workloads = pd.DataFrame(self.workloads, columns=WORKLOAD_COLUMNS)
+        frame.nccl = pd.DataFrame(self.nccl, columns=NCCL_COLUMNS)
         frame.node_fine = fine_table(self.node_fine, self.fine_edges[:-1])
-        frame.config = self.config.build()
         return frame
+
+
+def nccl_key(labels: dict[str, str]) -> tuple[str, str, str, str, str]:
+    """(host, rank, communicator, collective, message size) of an NCCL inspector series: the
+    host that ran the rank (its own label; else the scraped instance's host)."""
+    host = labels.get("hostname") or labels.get("instance", "").rsplit(":", 1)[0]
+    return (host, labels.get("rank", ""), labels.get("comm_id", ""), labels.get("collective", ""),
+            labels.get("message_size", ""))
 
 
 def fine_table(rows: dict[str, dict[str, np.ndarray]], windows: np.ndarray) -> pd.DataFrame:

@@ -32,10 +32,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from diagnoser.frame import NCCL_BUS_BANDWIDTH as METRIC
+from diagnoser.frame import NCCL_COLUMNS as COLUMNS
+from diagnoser.frame import nccl_key
 from diagnoser.report import REMEDIATION
 
-METRIC = "nccl_bus_bandwidth_gbs"
-COLUMNS = ("host", "rank", "comm", "collective", "size", "busbw", "time")
 SLOW = 0.7  # a rank at or below 70% of its communicator's median moved its share slowly
 LATE = 1.4  # ... at or above 140%: it arrived late, the others waited for it
 MIN_RANKS = 3  # a median of fewer ranks tells nothing
@@ -64,14 +65,8 @@ def parse(text: str, origin: str = "") -> pd.DataFrame:
         when = _when(labels.get("timestamp", ""))
         if not np.isfinite(when) and m.group(3):
             when = float(m.group(3)) / 1000.0  # exposition timestamps are milliseconds
-        rows.append(record(labels, value, when))
+        rows.append((*nccl_key(labels), value, when))
     return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def record(labels: dict[str, str], value: float, when: float) -> tuple:
-    host = labels.get("hostname") or labels.get("instance", "").rsplit(":", 1)[0]
-    return (host, labels.get("rank", ""), labels.get("comm_id", ""), labels.get("collective", ""),
-            labels.get("message_size", ""), value, when)
 
 
 def _when(text: str) -> float:

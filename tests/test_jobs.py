@@ -201,3 +201,42 @@ def test_nccl_bad_dump_is_a_clear_error(tmp_path):
     bad.write_text('nccl_bus_bandwidth_gbs{rank="1" 12\n')
     result = diagnose("--replay", str(REPO / "replay_data" / "healthy_basic.om.gz"), "--nccl", str(bad))
     assert result.returncode == 1 and f"{bad}:1" in result.stderr and "Traceback" not in result.stderr
+
+
+def trace_with_nccl(tmp_path, trace, hosts: dict[str, float]):
+    """The trace with the inspector's series as Prometheus would have scraped them (node_exporter's
+    textfile collector on port 9100): a family of its own, a timestamp on every sample."""
+    import gzip
+
+    text = gzip.open(trace, "rt").read().rstrip("\n")
+    assert text.endswith("# EOF")
+    lines = ["# TYPE nccl_bus_bandwidth_gbs gauge"]
+    for h, (host, busbw) in enumerate(hosts.items()):
+        for g in range(4):
+            labels = (f'comm_id="0xabc",collective="AllReduce",gpu_device_id="GPU{g}",hostname="{host}",'
+                      f'instance="{host}:9100",job="node",message_size="1.00GB",rank="{4 * h + g}"')
+            for k in range(10):  # every 60 s from minute 5
+                lines.append(f"nccl_bus_bandwidth_gbs{{{labels}}} {busbw + 0.1 * k:.2f} {1767225900 + 60 * k}")
+    out = tmp_path / f"nccl-{trace.name}"
+    with gzip.open(out, "wt") as f:
+        f.write(text[: -len("# EOF")] + "\n".join(lines) + "\n# EOF\n")
+    return out
+
+
+def test_nccl_series_in_the_trace_and_in_prometheus(tmp_path, request):
+    from diagnoser.sources.replay import frame_from_trace
+
+    trace = REPO / "replay_data" / "healthy_basic.om.gz"
+    instances = frame_from_trace(trace).instances
+    slow = instances[-1]
+    served = trace_with_nccl(tmp_path, trace, {n.rsplit(":", 1)[0]: (50.0 if n == slow else 170.0)
+                                                for n in instances})
+    doc = run_json("--replay", str(served))
+    assert [(f["class"], f["nodes"]) for f in doc["findings"]] == [("link_degraded", [slow])]
+    if shutil.which("prometheus") is None:
+        pytest.skip("prometheus not installed")
+    from test_diagnoser_prometheus import window
+
+    start, end = window(trace)
+    doc = run_json("--prometheus", request.getfixturevalue("served")(served), "--start", start, "--end", end)
+    assert [(f["class"], f["nodes"]) for f in doc["findings"]] == [("link_degraded", [slow])]

@@ -16,8 +16,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from diagnoser.frame import FINE, NIC_COUNTERS, WORKLOAD_COLUMNS, Frame, assemble, choose_step, fine_table
-from diagnoser.sources.promconfig import config_from_prometheus
+from diagnoser.frame import (FINE, NCCL_BUS_BANDWIDTH, NCCL_COLUMNS, NIC_COUNTERS, WORKLOAD_COLUMNS, Frame, assemble,
+                             choose_step, fine_table, nccl_key)
 from gpunet import contract as c
 from gpunet.promapi import PromError, PrometheusClient
 
@@ -224,13 +224,22 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
             for key, values in series.items():
                 gpu_rows.setdefault(key, {})[column] = values
     workloads, node_fine = await _jobs_inputs(q, has_gpus, fine_step, fine_windows)
-    config = await config_from_prometheus(client, start, end)
+    nccl = await _nccl(client, start, end)
     progress(f"{client.requests} queries in all")
     frame = assemble(f"prometheus:{client.url}", start, end, step, scrape, windows, node_cols, nic_rows, has_gpus,
                      fine, speed_median, [], gpu_rows)
-    frame.workloads, frame.node_fine = workloads, node_fine
-    frame.config = config
+    frame.workloads, frame.node_fine, frame.nccl = workloads, node_fine, nccl
     return frame
+
+
+async def _nccl(client: PrometheusClient, start: float, end: float) -> pd.DataFrame:
+    """NCCL inspector bus bandwidth per rank over the window, where its dump is scraped (one
+    series per collective: averaged on the server)."""
+    labels = ("hostname", "instance", "rank", "comm_id", "collective", "message_size")
+    answer = await client.query(f"avg by ({', '.join(labels)}) "
+                                f"(avg_over_time({NCCL_BUS_BANDWIDTH}[{int(round(end - start))}s]))", end)
+    rows = [(*nccl_key(r["metric"]), float(r["value"][1]), float("nan")) for r in answer.get("result", [])]
+    return pd.DataFrame(rows, columns=NCCL_COLUMNS)
 
 
 async def _jobs_inputs(q: _Queries, has_gpus: bool, fine_step: float, fine_windows: np.ndarray):
