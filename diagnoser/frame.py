@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from diagnoser.config import METRICS as CONFIG_METRICS, ConfigCollector, ConfigSnapshot, empty_snapshot
 from gpunet import contract as c
 
 NODE_COLUMNS = (
@@ -45,6 +46,8 @@ NCCL_BUS_BANDWIDTH = "nccl_bus_bandwidth_gbs"
 NCCL_COLUMNS = ("host", "rank", "comm", "collective", "size", "busbw", "time")
 WANTED.add(NCCL_BUS_BANDWIDTH)
 
+WANTED |= CONFIG_METRICS  # configuration facts (diagnoser/config.py), for the audit
+
 
 @dataclass
 class Frame:
@@ -65,6 +68,8 @@ class Frame:
     # even when `nic` holds only the suspect nodes (drill-down from Prometheus).
     fabric_speed_median: np.ndarray | None = None
     warnings: list[str] = field(default_factory=list)
+    # Configuration facts, the latest in the window, per node and device (diagnoser/audit.py).
+    config: ConfigSnapshot = field(default_factory=empty_snapshot)
     # Which workload held which GPU in which window (gpunet_gpu_workload_info): one row per
     # (instance, gpu, workload, window) held; empty where the source has none.
     workloads: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=WORKLOAD_COLUMNS))
@@ -150,6 +155,7 @@ class FrameBuilder:
         self.sm_clock: dict[str, list[np.ndarray]] = {}
         self.throttled: dict[tuple[str, str], np.ndarray] = {}
         self.warnings: list[str] = []
+        self.config = ConfigCollector(start, end)
         self.node_fine: dict[str, dict[str, np.ndarray]] = {}
         self.workloads: list[tuple] = []
         self.nccl: list[tuple] = []
@@ -165,6 +171,8 @@ class FrameBuilder:
         instance = labels.get("instance")
         if instance is None:
             return
+        if name in CONFIG_METRICS:
+            self.config.add(name, labels, t, v)
         e = self.edges
         if name in NIC_COUNTERS:
             self._acc(self.nic, (instance, labels.get("device", "")), NIC_COUNTERS[name], counter_increase(t, v, e))
@@ -286,6 +294,7 @@ class FrameBuilder:
         frame.workloads = pd.DataFrame(self.workloads, columns=WORKLOAD_COLUMNS)
         frame.nccl = pd.DataFrame(self.nccl, columns=NCCL_COLUMNS)
         frame.node_fine = fine_table(self.node_fine, self.fine_edges[:-1])
+        frame.config = self.config.build()
         return frame
 
 

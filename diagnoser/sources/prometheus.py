@@ -18,6 +18,7 @@ import pandas as pd
 
 from diagnoser.frame import (FINE, NCCL_BUS_BANDWIDTH, NCCL_COLUMNS, NIC_COUNTERS, WORKLOAD_COLUMNS, Frame, assemble,
                              choose_step, fine_table, nccl_key)
+from diagnoser.sources.promconfig import config_from_prometheus
 from gpunet import contract as c
 from gpunet.promapi import PromError, PrometheusClient
 
@@ -225,10 +226,12 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
                 gpu_rows.setdefault(key, {})[column] = values
     workloads, node_fine = await _jobs_inputs(q, has_gpus, fine_step, fine_windows)
     nccl = await _nccl(client, start, end)
+    config = await config_from_prometheus(client, start, end)
     progress(f"{client.requests} queries in all")
     frame = assemble(f"prometheus:{client.url}", start, end, step, scrape, windows, node_cols, nic_rows, has_gpus,
                      fine, speed_median, [], gpu_rows)
     frame.workloads, frame.node_fine, frame.nccl = workloads, node_fine, nccl
+    frame.config = config
     return frame
 
 
