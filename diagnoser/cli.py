@@ -11,17 +11,28 @@ import asyncio
 import os
 import sys
 
+from diagnoser.capacity import ModelSize, advise
 from diagnoser.audit_cli import run_audit
 from diagnoser.audit_report import add_configuration
 from diagnoser.classify import classify
 from diagnoser.features import compute
 from diagnoser.incidents import absorb_symptoms, merge, periodic_stalls
 from diagnoser.jobcli import add_arguments as add_job_arguments, nccl_evidence, per_job
-from diagnoser.report import dumps, to_json, to_text
+from diagnoser.report import add_cost, dumps, to_json, to_text
 from diagnoser.sources.replay import TraceError, frame_from_trace
 from diagnoser.sources.prometheus import frame_from_prometheus
 from gpunet.promapi import PromError, add_connection_arguments, client_from_arguments
 from gpunet.window import parse_duration, parse_time, resolve
+
+
+def parse_count(text: str) -> float:
+    """'10B', '70e9', '7b', '350M' -> a number."""
+    units = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+    t = text.strip().lower()
+    try:
+        return float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r} (e.g. 10B, 70e9, 350M)") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
     p.add_argument("--audit", action="store_true",
                    help="only the configuration audit (PFC/ECN, NUMA, PCIe, speeds, MTU, bonds); fast")
+    cost = p.add_argument_group("capacity and cost")
+    cost.add_argument("--gpu-hour-price", type=float, metavar="PRICE",
+                      help="what one GPU-hour costs: findings then say what their GPU idle cost")
+    cost.add_argument("--currency", default="", help="currency of --gpu-hour-price, for the report (e.g. USD)")
+    cost.add_argument("--model-params", type=parse_count, metavar="N",
+                      help="parameters of the model trained (e.g. 10B, 70e9): shows the all-reduce arithmetic")
+    cost.add_argument("--bytes-per-param", type=float, default=2.0,
+                      help="bytes per gradient value (default 2: FP16/BF16)")
     return p
 
 
@@ -81,8 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     if not frame.has_gpus:
         notes.append("no GPU series: network conditions are reported, their GPU impact is unknown")
     doc = to_json(features, incidents, notes)
-    add_configuration(doc, frame.config)
     nccl_evidence(doc, frame, args.nccl_records)
+    add_configuration(doc, frame.config)
+    capacity = advise(features, ModelSize(args.model_params, args.bytes_per_param) if args.model_params else None)
+    if capacity is not None:
+        doc["capacity"] = capacity
+    add_cost(doc, features, args.gpu_hour_price, args.currency)
     if args.html:
         from diagnoser.html import render
 

@@ -25,6 +25,7 @@ NODE_COLUMNS = (
     "state_paused", "state_saturated", "state_active", "state_quiet",
     "other_bytes", "other_capacity",  # NICs outside the training fabric (management, storage)
     "fabric_nics",
+    "bursts",  # quiet -> busy transitions of the fabric at the exporter's fast tick
 )
 GPU_COLUMNS = ("busy", "idle", "throttled", "sm_clock")
 NIC_COLUMNS = ("fabric", "speed", "up", "tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "ecn",
@@ -38,7 +39,7 @@ NIC_COUNTERS = {c.NIC_TRANSMIT_BYTES.name: "tx_bytes", c.NIC_RECEIVE_BYTES.name:
                 c.NIC_SATURATED_SECONDS.name: "saturated"}
 WANTED = {*NIC_COUNTERS, c.NIC_PFC_PAUSE_FRAMES.name, c.NIC_FABRIC.name, c.NIC_LINK_SPEED.name, c.NIC_UP.name, c.NIC_INFO.name,
           c.GPU_BUSY_SECONDS.name, c.GPU_IDLE_SECONDS.name, c.GPU_THROTTLED_SECONDS.name, c.GPU_SM_CLOCK.name,
-          c.GPU_INFO.name, c.TCP_RETRANSMITTED.name, c.TCP_SENT.name, c.NODE_NETWORK_STATE_SECONDS.name,
+          c.GPU_INFO.name, c.TCP_RETRANSMITTED.name, c.TCP_SENT.name, c.NODE_NETWORK_STATE_SECONDS.name, c.NODE_NETWORK_BURSTS.name,
           c.GPU_WORKLOAD_INFO.name}
 WORKLOAD_COLUMNS = ("instance", "gpu", "workload", "source", "namespace", "window")
 # NCCL's inspector plugin, where its dump is scraped too (diagnoser/nccl.py): per rank bus bandwidth.
@@ -225,6 +226,8 @@ class FrameBuilder:
             self._acc(self.node, instance, "tcp_retrans", counter_increase(t, v, e))
         elif name == c.TCP_SENT.name:
             self._acc(self.node, instance, "tcp_sent", counter_increase(t, v, e))
+        elif name == c.NODE_NETWORK_BURSTS.name:
+            self._acc(self.node, instance, "bursts", counter_increase(t, v, e))
         elif name == c.NODE_NETWORK_STATE_SECONDS.name:
             state = labels.get("network_state", "quiet")
             if state in c.NETWORK_STATES:

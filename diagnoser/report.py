@@ -84,6 +84,37 @@ def to_json(features: Features, incidents: list[Incident], notes: list[str]) -> 
     return doc
 
 
+def add_cost(doc: dict, features: Features, price: float | None = None, currency: str = "") -> None:
+    """GPU-hours lost to each finding, and with a price per GPU-hour the money, so that what a
+    slow network costs can be set against what an upgrade costs."""
+    if not features.frame.has_gpus:
+        return
+    hours = (lambda seconds: seconds / 3600.0)
+    for f in doc["findings"]:
+        if f.get("gpu_idle_seconds") is not None:
+            f["gpu_hours_idle"] = round(hours(f["gpu_idle_seconds"]), 2)
+            if price is not None:
+                f["cost"] = round(hours(f["gpu_idle_seconds"]) * price, 2)
+    gpu_time = float(features.node["gpu_time"].sum(min_count=1))
+    if not np.isfinite(gpu_time) or gpu_time <= 0:
+        return
+    idle = gpu_time * (doc.get("gpu_idle_fraction") or 0.0)
+    lost = min(sum(f.get("gpu_idle_seconds") or 0.0 for f in doc["findings"]), idle)
+    per_day = 86400.0 / max(doc["end"] - doc["start"], 1.0)
+    cost = {"gpu_hours": round(hours(gpu_time), 2), "gpu_hours_idle": round(hours(idle), 2),
+            "gpu_hours_lost_to_findings": round(hours(lost), 2),
+            "gpu_hours_lost_per_day": round(hours(lost) * per_day, 1)}
+    if price is not None:
+        cost.update(gpu_hour_price=price, currency=currency, lost=round(hours(lost) * price, 2),
+                    lost_per_day=round(hours(lost) * per_day * price, 2))
+    doc["cost"] = cost
+
+
+def _money(amount: float, doc_cost: dict) -> str:
+    currency = doc_cost.get("currency") or ""
+    return f"{amount:,.2f}{' ' + currency if currency else ''}"
+
+
 def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
@@ -98,11 +129,13 @@ def to_text(doc: dict, markdown: bool = False) -> str:
              f"window {rfc3339(doc['start'])} .. {rfc3339(doc['end'])}, {doc['nodes']} nodes, {doc['gpus']} GPUs, "
              f"GPU idle {_pct(doc['gpu_idle_fraction'])}", ""]
     if not doc["findings"]:
-        lines.append("No bottleneck found: the window looks healthy.")
+        lines += ["No bottleneck found: the window looks healthy.", ""]
     for n, f in enumerate(doc["findings"], 1):
         minutes = (f["end"] - f["start"]) / 60
         cost = f"{f['gpu_idle_seconds'] / 3600:.1f} GPU-hours idle" if f["gpu_idle_seconds"] is not None \
             else "GPU impact unknown (no GPU series)"
+        if "cost" in f:
+            cost += f" (= {_money(f['cost'], doc['cost'])})"
         lines.append(f"{h}{n}. {TITLE[f['class']]} ({f['class']}), confidence {f['confidence']:.2f}")
         lines.append(f"   {rfc3339(f['start'])} .. {rfc3339(f['end'])} ({minutes:.0f} min), {cost}")
         if f["nodes"]:
@@ -112,12 +145,35 @@ def to_text(doc: dict, markdown: bool = False) -> str:
             lines.append(f"   - {key.replace('_', ' ')}: {_fmt(value)}")
         lines.append(f"   what to do: {f['remediation']}")
         lines.append("")
+    lines.extend(_capacity_and_cost(doc, h))
     lines.extend(configuration_lines(doc, markdown))
     for note in doc.get("notes", [])[:5]:
         lines.append(f"note: {note}")
     if markdown:  # bullets and paragraphs instead of the terminal's indentation
         lines = [l[3:] if l.startswith("   - ") else ("\n" + l[3:] if l.startswith("   ") else l) for l in lines]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _capacity_and_cost(doc: dict, h: str) -> list[str]:
+    lines = []
+    cap = doc.get("capacity")
+    if cap:
+        lines.append(f"{h}Network capacity: {cap['verdict']}")
+        # The arithmetic where it matters: an upgrade is advised, or the user gave a model size.
+        if cap.get("upgrade_to") or "model" in cap:
+            lines.extend(f"   - {step}" for step in cap["arithmetic"])
+        lines.append("")
+    cost = doc.get("cost")
+    if cost and cost["gpu_hours"] > 0:
+        line = (f"{h}Cost: {cost['gpu_hours_idle']:,.1f} of {cost['gpu_hours']:,.1f} GPU-hours idle; "
+                f"{cost['gpu_hours_lost_to_findings']:,.1f} lost to the findings above")
+        if "lost" in cost:
+            line += (f" = {_money(cost['lost'], cost)} at {_money(cost['gpu_hour_price'], cost)} per GPU-hour; "
+                     f"{_money(cost['lost_per_day'], cost)} a day at this window's rate")
+        else:
+            line += f", {cost['gpu_hours_lost_per_day']:,.1f} GPU-hours a day at this window's rate"
+        lines += [line, ""]
+    return lines
 
 
 def _pct(x) -> str:
