@@ -45,6 +45,11 @@ INDEPENDENT = 0.35
 # ... or strongly opposed (a set of stragglers against the rest of their job). Two jobs slow
 # at different times are opposed too, but less: -0.5 for two slow thirds of the window.
 OPPOSED = -0.8
+# A node responds to a group's events when its level inside them differs from outside by
+# RESPONSE_SE standard errors (of a median: 1.25 sigma / sqrt(n)); groups merge when
+# RESPONDING_SHARE of one's nodes respond to the other's events.
+RESPONSE_SE = 3.0
+RESPONDING_SHARE = 1 / 3
 
 
 @dataclass
@@ -168,12 +173,13 @@ def by_behaviour(frame: Frame, instances: list[str]) -> list[list[str]]:
             residual.append(k)
         else:
             assigned[k] = best
-    groups = [[names[k] for k, g in assigned.items() if g == i] for i in range(len(cores))]
+    groups = [[k for k, g in assigned.items() if g == i] for i in range(len(cores))]
     if len(residual) >= MIN_GROUP:
-        groups.append([names[k] for k in residual])
+        groups.append(residual)
     else:
         for k in residual:  # a lone node is no job to name: it stays with the group it follows most
-            groups[int(np.argmax(follow[k]))].append(names[k])
+            groups[int(np.argmax(follow[k]))].append(k)
+    groups = [[names[k] for k in g] for g in _merge_responding(np.where(seen > 0, m, np.nan), groups)]
     if len(groups) == 1:
         return [instances]
     # Nodes too short-lived or too flat to place join the group they share the most windows with.
@@ -182,6 +188,48 @@ def by_behaviour(frame: Frame, instances: list[str]) -> list[list[str]]:
         if i not in placed:
             groups[_closest(prof, i, groups)].append(i)
     return sorted((sorted(g) for g in groups if g), key=lambda g: g[0])
+
+
+def _responds(z: np.ndarray, profile: np.ndarray) -> np.ndarray:
+    """Which nodes (rows of z, standardised, NaN where unseen) change level when the profile
+    has its events (windows where it departs from its median by a standard deviation): the
+    difference of the node's medians inside those windows and outside them (leaving out the
+    node's own events, which belong to its own job's timeline), against 3 standard errors.
+    A node of another job does not move then, unless its own events coincide."""
+    event = np.abs(profile - np.median(profile)) >= 1.0
+    out = np.zeros(len(z), dtype=bool)
+    if event.sum() < 3 or (~event).sum() < 3:
+        return out
+    for k, row in enumerate(z):
+        seen = np.isfinite(row)
+        own = np.abs(row - np.nanmedian(row)) >= 1.0
+        a, b = row[event & seen], row[~event & ~own & seen]
+        if len(a) >= 3 and len(b) >= 3:
+            out[k] = abs(np.median(a) - np.median(b)) >= RESPONSE_SE * 1.25 * np.sqrt(1 / len(a) + 1 / len(b))
+    return out
+
+
+def _merge_responding(z: np.ndarray, groups: list[list[int]]) -> list[list[int]]:
+    """Groups are one job when a third of one's nodes change level at the other's events (the
+    culprit's ring neighbours and the rest of its job stall at different moments, together)."""
+    groups = [g for g in groups if g]
+    merged = True
+    while merged and len(groups) > 1:
+        merged = False
+        responds = []
+        for g in groups:
+            _, _, vt = np.linalg.svd(np.nan_to_num(z[g]), full_matrices=False)
+            responds.append(_responds(z, vt[0] / max(float(np.std(vt[0])), 1e-12)))
+        for i in range(len(groups)):
+            for j in range(len(groups)):
+                if i != j and responds[j][groups[i]].mean() >= RESPONDING_SHARE:
+                    groups[min(i, j)] = groups[i] + groups[j]
+                    groups.pop(max(i, j))
+                    merged = True
+                    break
+            if merged:
+                break
+    return groups
 
 
 def _cores(r: np.ndarray, strong: np.ndarray) -> list[list[int]]:
