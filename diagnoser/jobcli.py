@@ -40,15 +40,14 @@ def per_job(frame: Frame, args: argparse.Namespace) -> int | None:
         return 2
     if args.job:
         jobs = [j for j in jobs if j.name == args.job]
-    whole, doc = diagnose_jobs(frame, jobs, [])
+    features: dict = {}
+    whole, doc = diagnose_jobs(frame, jobs, [], features)
     nccl_evidence(doc, frame, records)
     if args.job:
         doc = only(doc, args.job)
     if args.html:
-        from diagnoser.html import render
-
         with open(args.html, "w", encoding="utf-8") as f:
-            f.write(render(whole, doc).replace(_escaped_text(doc, False), _escaped_text(doc, True)))
+            f.write(html_page(whole, features, doc))
     print(dumps(doc) if args.format == "json" else to_text_jobs(doc, markdown=args.format == "markdown"), end="")
     return 3 if args.fail_on_findings and doc["findings"] else 0
 
@@ -64,9 +63,17 @@ def nccl_evidence(doc: dict, frame: Frame, records) -> None:
         annotate(doc, records, frame.instances, frame.start, frame.end)
 
 
-def _escaped_text(doc: dict, grouped: bool) -> str:
+def html_page(whole, features: dict, doc: dict) -> str:
+    """The --html page: the cluster's GPU time, each culprit against its own job's peers, the
+    report grouped by job."""
     import html
 
-    from diagnoser.report import to_text
+    from diagnoser.html import SIGNAL, culprit_chart, gpu_time_chart, render
 
-    return html.escape(to_text_jobs(doc) if grouped else to_text(doc))
+    page = render(whole, {**doc, "findings": []})
+    if whole.frame.has_gpus:  # the cluster's GPU time, every job's findings shaded
+        page = page.replace(gpu_time_chart(whole, []), gpu_time_chart(whole, doc["findings"]))
+    charts = "".join(culprit_chart(features[f["job"]], f, i) for i, f in enumerate(doc["findings"], 1)
+                     if f["class"] in SIGNAL and f["job"] in features)
+    head, report = page.split('<pre id="report">', 1)
+    return f'{head}{charts}<pre id="report">{html.escape(to_text_jobs(doc))}</pre>\n</body></html>\n'

@@ -28,14 +28,18 @@ def stall_note(stalls: list[Incident]) -> str:
     return f"{len(stalls)} brief, periodic GPU stalls with a quiet network (checkpoints?) were left out"
 
 
-def diagnose_jobs(frame: Frame, jobs: list[Job], notes: list[str]) -> tuple[Features, dict]:
-    """The whole cluster's summary and every job's findings in one document."""
+def diagnose_jobs(frame: Frame, jobs: list[Job], notes: list[str],
+                  per_job: dict[str, Features] | None = None) -> tuple[Features, dict]:
+    """The whole cluster's summary and every job's findings in one document (each job's
+    features into `per_job` when given)."""
     whole = compute(frame)
     doc = {"source": frame.source, "start": round(frame.start, 3), "end": round(frame.end, 3), **summary(whole),
            "jobs": [], "findings": []}
     notes = list(notes)
     for job in jobs:
         features, incidents, stalls = run(subset(frame, job.instances, job.start, job.end))
+        if per_job is not None:
+            per_job[job.name] = features
         part = to_json(features, incidents, [])
         cost = sum(f["gpu_idle_seconds"] or 0.0 for f in part["findings"])
         doc["jobs"].append({"name": job.name, "found_by": job.how, "start": part["start"], "end": part["end"],
@@ -70,7 +74,7 @@ def only(doc: dict, name: str) -> dict:
 
 def to_text_jobs(doc: dict, markdown: bool = False) -> str:
     """A heading per job, worst first; under it the job's findings as `to_text` writes them."""
-    h1, h2 = ("# ", "## ") if markdown else ("", "")
+    h2 = "## " if markdown else ""
     head = to_text({**doc, "findings": [], "notes": []}, markdown).splitlines()
     lines = [head[0], head[1], f"{len(doc['jobs'])} job(s): " + ", ".join(j["name"] for j in doc["jobs"]), ""]
     for job in doc["jobs"]:
@@ -86,5 +90,4 @@ def to_text_jobs(doc: dict, markdown: bool = False) -> str:
         lines.append("")
     for note in doc.get("notes", [])[:8]:
         lines.append(f"note: {note}")
-    del h1
     return "\n".join(lines).rstrip() + "\n"

@@ -10,8 +10,9 @@ busy fraction at the same time, up or down. Nodes of another job do not follow.
 A steady healthy job gives no such structure: at 15-60 s scrapes its nodes' busy fractions
 differ by independent noise. Weak correlation is therefore never a reason to split; only
 a group of nodes that move together far beyond chance (|r| well above the 3/sqrt(n) of
-independent series), against other nodes that do not follow it at all, is. Where there is
-no clear structure, all unattributed nodes are one group.
+independent series), against other nodes that do not follow it at all, is. Groups stay
+apart only if their profiles are nearly independent and neither's nodes change level at
+the other's events. Where there is no clear structure, all unattributed nodes are one group.
 
 Each job's Frame (`subset`) is the cluster frame cut to its nodes and time, so features,
 classify and incidents run on it unchanged.

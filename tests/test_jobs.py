@@ -240,3 +240,15 @@ def test_nccl_series_in_the_trace_and_in_prometheus(tmp_path, request):
     start, end = window(trace)
     doc = run_json("--prometheus", request.getfixturevalue("served")(served), "--start", start, "--end", end)
     assert [(f["class"], f["nodes"]) for f in doc["findings"]] == [("link_degraded", [slow])]
+
+
+def test_html_report_compares_culprits_with_their_own_job(tmp_path):
+    trace = REPO / "replay_data" / "jobs3.om.gz"
+    labels = labels_of(trace)
+    incident = next(i for i in labels["incidents"] if i["class"] == "straggler")
+    size = len(next(j["nodes"] for j in labels["jobs"] if j["name"] == incident["job"]))
+    page = tmp_path / "report.html"
+    assert diagnose("--replay", str(trace), "--html", str(page)).returncode == 0
+    text = page.read_text()
+    assert f"peer median ({size - 1} nodes)" in text and incident["nodes"][0] in text
+    assert text.count('class="finding"') >= len(labels["incidents"]) and f"job {incident['job']}" in text
