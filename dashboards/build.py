@@ -106,12 +106,26 @@ def stat(title: str, expr: str, unit: str = "short", desc: str = "", w: int = 6,
             "_w": w, "_h": h}
 
 
-def table(title: str, tgts: list[dict], desc: str = "", w: int = 12, h: int = 8) -> dict:
+def table(title: str, tgts: list[dict], desc: str = "", w: int = 12, h: int = 8,
+          columns: dict[str, str] | None = None) -> dict:
+    """A table of instant queries. With `columns` ({refId: column name}), the queries' values
+    become columns of one row per label set (Grafana's merge), e.g. one row per NIC."""
+    transformations = [{"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True, "job": True},
+                                                      "renameByName": {f"Value #{ref}": name
+                                                                       for ref, name in (columns or {}).items()}}}]
+    if columns:
+        transformations.insert(0, {"id": "merge", "options": {}})
     return {"type": "table", "title": title, "description": desc, "datasource": DS, "targets": tgts,
             "fieldConfig": {"defaults": {}, "overrides": []},
             "options": {"showHeader": True, "cellHeight": "sm", "footer": {"show": False}},
-            "transformations": [{"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True}}}],
-            "_w": w, "_h": h}
+            "transformations": transformations, "_w": w, "_h": h}
+
+
+def columns_table(title: str, specs: list[tuple[str, str]], desc: str = "", w: int = 12, h: int = 8) -> dict:
+    """specs: (column name, instant expr) -> one row per label set, one column per expr."""
+    refs = [chr(ord("A") + i) for i in range(len(specs))]
+    return table(title, [target(expr, "", ref, instant=True, fmt="table") for ref, (_, expr) in zip(refs, specs)],
+                 desc, w, h, columns={ref: name for ref, (name, _) in zip(refs, specs)})
 
 
 def heatmap(title: str, tgts: list[dict], desc: str = "", w: int = 24, h: int = 10) -> dict:
@@ -316,6 +330,46 @@ def cluster() -> dict:
                            (f"max({fabric_speed()})", "max")),
                    "Bps", "A gap between min and median is a port that negotiated below its peers.", w=12, h=6),
 
+        row("Workloads"),
+        columns_table("Workloads: GPUs and where their time went (time range)", [
+            ("GPUs", f"count by (workload) (gpunet_gpu_workload_info{{{GPU}}})"),
+            ("nodes", f"count by (workload) (count by (workload, instance) (gpunet_gpu_workload_info{{{GPU}}}))"),
+            ("GPU idle", f"sum by (workload) (gpunet_gpu_workload_info{{{GPU}}} * on (job, instance, gpu) "
+                         f"group_left () sum without (network_state) "
+                         f"(rate(gpunet_gpu_idle_seconds_total{{{GPU}}}[$__range])))"
+                         f" / count by (workload) (gpunet_gpu_workload_info{{{GPU}}})"),
+            ("idle, network saturated or paused",
+             f"sum by (workload) (gpunet_gpu_workload_info{{{GPU}}} * on (job, instance, gpu) group_left () "
+             f"sum without (network_state) (rate(gpunet_gpu_idle_seconds_total{{{GPU}, "
+             f'network_state=~"saturated|paused"}}[$__range])))'
+             f" / count by (workload) (gpunet_gpu_workload_info{{{GPU}}})")],
+            "Each workload (gpunet_gpu_workload_info: Kubernetes job, Slurm job, or process) with its GPUs and "
+            "nodes, and the share of its GPU time spent idle over the time range, in all and while the "
+            "network was saturated or paused. `diagnose` compares nodes only within one job.", w=24, h=7),
+
+        row("Configuration"),
+        stat("NICs with PFC but no ECN",
+             f"count(count by (instance, device) ((gpunet_nic_pfc_enabled{{{NIC}}} == 1) and on (instance, device, "
+             f"priority) (min without (point) (gpunet_nic_ecn_enabled{{{NIC}}}) == 0))) or vector(0)", "short",
+             "NICs with PFC on a priority whose RoCE congestion control (ECN/DCQCN) is off: pauses are the only "
+             "brake. `diagnose --audit` names them.", thresholds=[(None, "green"), (1, "red")]),
+        stat("PCIe links below capability",
+             f"count((gpunet_nic_pcie_max_link_width{{{NIC}}} - gpunet_nic_pcie_current_link_width{{{NIC}}} > 0) or "
+             f"(gpunet_nic_pcie_max_link_transfers_per_second{{{NIC}}} - "
+             f"gpunet_nic_pcie_current_link_transfers_per_second{{{NIC}}} > 0) or "
+             f"(gpunet_gpu_pcie_max_link_width{{{GPU}}} - gpunet_gpu_pcie_current_link_width{{{GPU}}} > 0)) or vector(0)",
+             "short", "NICs trained below their PCIe width or rate, GPUs below their width (a GPU lowers its "
+             "rate when idle, by design).", thresholds=[(None, "green"), (1, "orange")]),
+        stat("Fabric MTUs in use",
+             f'count(count by (mtu) (count_values without (instance, device) ("mtu", gpunet_nic_mtu_bytes{{{NIC}}} '
+             f'and on (instance, device) gpunet_nic_info{{{NIC}, rdma_device!=""}})))', "short",
+             "Distinct MTUs on the fabric NICs: more than one is a mismatch somewhere.",
+             thresholds=[(None, "green"), (2, "orange")]),
+        stat("Fabric link speeds in use",
+             f'count(count by (speed) (count_values without (instance, device) ("speed", {fabric_speed()})))',
+             "short", "Distinct negotiated speeds of the fabric NICs: more than one means some run below their "
+             "peers.", thresholds=[(None, "green"), (2, "orange")]),
+
         row("GPU throttling"),
         timeseries("GPUs throttled, by reason",
                    targets((f"sum by (reason) (rate(gpunet_gpu_throttled_seconds_total{{{GPU}}}[{RI}]))",
@@ -383,6 +437,30 @@ def node() -> dict:
                            (f"rate(gpunet_tcp_retransmitted_segments_total{{{NODE}}}[{RI}])",
                             "{{instance}} TCP retransmits/s")),
                    "short", "", w=12),
+
+        row("Configuration"),
+        columns_table("NIC link and PCIe", [
+            ("MTU", f"gpunet_nic_mtu_bytes{{{NIC}}}"),
+            ("speed (B/s)", f"gpunet_nic_link_speed_bytes_per_second{{{NIC}}}"),
+            ("PCIe GT/s", f"gpunet_nic_pcie_current_link_transfers_per_second{{{NIC}}} / 1e9"),
+            ("PCIe max GT/s", f"gpunet_nic_pcie_max_link_transfers_per_second{{{NIC}}} / 1e9"),
+            ("lanes", f"gpunet_nic_pcie_current_link_width{{{NIC}}}"),
+            ("max lanes", f"gpunet_nic_pcie_max_link_width{{{NIC}}}")],
+            "Per NIC: MTU, negotiated speed, and the PCIe link it trained against what it supports.", w=12),
+        columns_table("NIC QoS per priority", [
+            ("PFC", f"gpunet_nic_pfc_enabled{{{NIC}}}"),
+            ("ECN, both points", f"min without (point) (gpunet_nic_ecn_enabled{{{NIC}}})")],
+            "Per NIC and priority: PFC on (1) or off, and RoCE congestion control (ECN/DCQCN) on at both the "
+            "notification and reaction points. The RoCE priority wants both; other priorities neither.", w=12),
+        columns_table("GPU PCIe", [
+            ("PCIe GT/s", f"gpunet_gpu_pcie_current_link_transfers_per_second{{{GPU}}} / 1e9"),
+            ("PCIe max GT/s", f"gpunet_gpu_pcie_max_link_transfers_per_second{{{GPU}}} / 1e9"),
+            ("lanes", f"gpunet_gpu_pcie_current_link_width{{{GPU}}}"),
+            ("max lanes", f"gpunet_gpu_pcie_max_link_width{{{GPU}}}")],
+            "Per GPU. An idle GPU lowers its transfer rate (Gen1) by design; fewer lanes is a fault.", w=12),
+        table("Workloads on the node",
+              [target(f"gpunet_gpu_workload_info{{{GPU}}}", "", instant=True, fmt="table")],
+              "Which workload uses each GPU: Kubernetes pod (PodResources), Slurm job, or the process.", w=12),
 
         row("GPUs"),
         timeseries("GPU utilisation", targets((f"gpunet_gpu_utilization_ratio{{{GPU}}}", "{{instance}} GPU {{gpu}}")),

@@ -22,7 +22,7 @@ from procs import REPO, http_get, start_prometheus
 DASHBOARDS = REPO / "dashboards"
 FILES = ["gpunet-cluster.json", "gpunet-node.json", "gpunet-exporter.json"]
 TRACES = ["pfc_storm.om.gz", "gpu_throttle.om.gz", "network_bandwidth_25g.om.gz", "link_degraded_flap.om.gz",
-          "link_degraded_downshift.om.gz", "real/real-bandwidth.om.gz"]
+          "link_degraded_downshift.om.gz", "real/real-bandwidth.om.gz", "jobs3.om.gz"]
 
 # Expressions over series no committed trace holds. Keep this short, with the reason.
 NO_DATA_IN_TRACES = {
