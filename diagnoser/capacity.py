@@ -179,7 +179,8 @@ def advise(features: Features, model: ModelSize | None = None) -> dict | None:
                 arithmetic.append(f"or keep {gbps:.0f}G and give each node {rails} rails instead of "
                                   f"{nics_per_node:.0f} (one NIC per GPU at most, each on its GPU's NUMA node)")
             maybe = f" ({out['may_suffice']} may do)" if out["may_suffice"] != out["upgrade_to"] else ""
-            out["verdict"] = (f"network-bound: {100 * idle_saturated:.1f}% GPU idle at line rate; "
+            bound = "network-bound" if idle_saturated >= 2 * TARGET_NETWORK_IDLE else "slightly network-bound"
+            out["verdict"] = (f"{bound} over the window: {100 * idle_saturated:.1f}% GPU idle at line rate; "
                               f"{low_gbps:.0f} to {high_gbps:.0f} Gb/s per NIC would bring it under "
                               f"{100 * TARGET_NETWORK_IDLE:.0f}%: {out['upgrade_to']}{maybe}")
         else:

@@ -11,13 +11,13 @@ import asyncio
 import os
 import sys
 
-from diagnoser.capacity import ModelSize, advise
+from diagnoser.capacity import advise
 from diagnoser.audit_cli import run_audit
 from diagnoser.audit_report import add_configuration
 from diagnoser.classify import classify
 from diagnoser.features import compute
 from diagnoser.incidents import absorb_symptoms, merge, periodic_stalls
-from diagnoser.jobcli import add_arguments as add_job_arguments, nccl_evidence, per_job
+from diagnoser.jobcli import add_arguments as add_job_arguments, model_size, nccl_evidence, per_job
 from diagnoser.report import add_cost, dumps, to_json, to_text
 from diagnoser.sources.replay import TraceError, frame_from_trace
 from diagnoser.sources.prometheus import frame_from_prometheus
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = to_json(features, incidents, notes)
     nccl_evidence(doc, frame, args.nccl_records)
     add_configuration(doc, frame.config)
-    capacity = advise(features, ModelSize(args.model_params, args.bytes_per_param) if args.model_params else None)
+    capacity = advise(features, model_size(args))
     if capacity is not None:
         doc["capacity"] = capacity
     add_cost(doc, features, args.gpu_hour_price, args.currency)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from diagnoser.audit_report import add_configuration
+from diagnoser.capacity import ModelSize
 from diagnoser.frame import Frame
 from diagnoser.jobs import split
 from diagnoser.jobreport import diagnose_jobs, only, to_text_jobs
@@ -41,8 +43,9 @@ def per_job(frame: Frame, args: argparse.Namespace) -> int | None:
     if args.job:
         jobs = [j for j in jobs if j.name == args.job]
     features: dict = {}
-    whole, doc = diagnose_jobs(frame, jobs, [], features)
+    whole, doc = diagnose_jobs(frame, jobs, [], features, model_size(args), args.gpu_hour_price, args.currency)
     nccl_evidence(doc, frame, records)
+    add_configuration(doc, frame.config)
     if args.job:
         doc = only(doc, args.job)
     if args.html:
@@ -50,6 +53,10 @@ def per_job(frame: Frame, args: argparse.Namespace) -> int | None:
             f.write(html_page(whole, features, doc))
     print(dumps(doc) if args.format == "json" else to_text_jobs(doc, markdown=args.format == "markdown"), end="")
     return 3 if args.fail_on_findings and doc["findings"] else 0
+
+
+def model_size(args: argparse.Namespace) -> ModelSize | None:
+    return ModelSize(args.model_params, args.bytes_per_param) if args.model_params else None
 
 
 def nccl_evidence(doc: dict, frame: Frame, records) -> None:

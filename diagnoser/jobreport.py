@@ -8,12 +8,14 @@ instances, how it was found). Text and markdown: a heading per job, the worst jo
 
 from __future__ import annotations
 
+from diagnoser.capacity import ModelSize, advise
+from diagnoser.audit_report import configuration_lines
 from diagnoser.classify import classify
 from diagnoser.features import Features, compute
 from diagnoser.frame import Frame
 from diagnoser.incidents import Incident, absorb_symptoms, merge, periodic_stalls
 from diagnoser.jobs import Job, subset
-from diagnoser.report import summary, to_json, to_text
+from diagnoser.report import add_cost, capacity_and_cost_lines, summary, to_json, to_text
 
 
 def run(frame: Frame) -> tuple[Features, list[Incident], list[Incident]]:
@@ -29,9 +31,11 @@ def stall_note(stalls: list[Incident]) -> str:
 
 
 def diagnose_jobs(frame: Frame, jobs: list[Job], notes: list[str],
-                  per_job: dict[str, Features] | None = None) -> tuple[Features, dict]:
+                  per_job: dict[str, Features] | None = None, model: ModelSize | None = None,
+                  price: float | None = None, currency: str = "") -> tuple[Features, dict]:
     """The whole cluster's summary and every job's findings in one document (each job's
-    features into `per_job` when given)."""
+    features into `per_job` when given). Capacity advice is per job (each job has its own
+    traffic and model); cost per finding, per job and for the cluster."""
     whole = compute(frame)
     doc = {"source": frame.source, "start": round(frame.start, 3), "end": round(frame.end, 3), **summary(whole),
            "jobs": [], "findings": []}
@@ -41,11 +45,18 @@ def diagnose_jobs(frame: Frame, jobs: list[Job], notes: list[str],
         if per_job is not None:
             per_job[job.name] = features
         part = to_json(features, incidents, [])
+        add_cost(part, features, price, currency)
         cost = sum(f["gpu_idle_seconds"] or 0.0 for f in part["findings"])
-        doc["jobs"].append({"name": job.name, "found_by": job.how, "start": part["start"], "end": part["end"],
-                            "nodes": part["nodes"], "gpus": part["gpus"],
-                            "gpu_idle_fraction": part["gpu_idle_fraction"], "instances": job.instances,
-                            "findings": len(part["findings"]), "gpu_idle_seconds_in_findings": round(cost, 1)})
+        entry = {"name": job.name, "found_by": job.how, "start": part["start"], "end": part["end"],
+                 "nodes": part["nodes"], "gpus": part["gpus"],
+                 "gpu_idle_fraction": part["gpu_idle_fraction"], "instances": job.instances,
+                 "findings": len(part["findings"]), "gpu_idle_seconds_in_findings": round(cost, 1)}
+        capacity = advise(features, model)
+        if capacity is not None:
+            entry["capacity"] = capacity
+        if "cost" in part:
+            entry["cost"] = part["cost"]
+        doc["jobs"].append(entry)
         for f in part["findings"]:
             doc["findings"].append({"job": job.name, **f})
         if stalls:
@@ -58,6 +69,7 @@ def diagnose_jobs(frame: Frame, jobs: list[Job], notes: list[str],
         notes.append("no GPU series: network conditions are reported, their GPU impact is unknown")
     if notes or frame.warnings:
         doc["notes"] = notes + frame.warnings[:20]
+    add_cost(doc, whole, price, currency)
     return whole, doc
 
 
@@ -78,9 +90,14 @@ def to_text_jobs(doc: dict, markdown: bool = False) -> str:
     head = to_text({**doc, "findings": [], "notes": []}, markdown).splitlines()
     lines = [head[0], head[1], f"{len(doc['jobs'])} job(s): " + ", ".join(j["name"] for j in doc["jobs"]), ""]
     for job in doc["jobs"]:
-        part = {**doc, **{k: job[k] for k in ("start", "end", "nodes", "gpus", "gpu_idle_fraction")},
+        part = {**{k: v for k, v in doc.items() if k not in ("capacity", "cost", "configuration")},
+                **{k: job[k] for k in ("start", "end", "nodes", "gpus", "gpu_idle_fraction")},
                 "findings": [{k: v for k, v in f.items() if k != "job"} for f in doc["findings"]
                              if f["job"] == job["name"]], "notes": []}
+        if "capacity" in job:
+            part["capacity"] = job["capacity"]
+        if "cost" in doc:  # the findings' money is written in the cluster's currency
+            part["cost"] = {"currency": doc["cost"].get("currency", ""), "gpu_hours": 0}
         body = to_text(part, markdown).splitlines()
         found = "workload " + job["found_by"] if job["found_by"] != "behaviour" else "grouped by behaviour"
         lines.append(f"{h2}job {job['name']} ({found})")
@@ -88,6 +105,8 @@ def to_text_jobs(doc: dict, markdown: bool = False) -> str:
         for line in body[2:]:
             lines.append(line.replace(h2, "### ", 1) if markdown and line.startswith(h2) else line)
         lines.append("")
+    lines.extend(capacity_and_cost_lines({"cost": doc["cost"]} if "cost" in doc else {}, h2))
+    lines.extend(configuration_lines(doc, markdown))
     for note in doc.get("notes", [])[:8]:
         lines.append(f"note: {note}")
     return "\n".join(lines).rstrip() + "\n"

@@ -145,7 +145,7 @@ def to_text(doc: dict, markdown: bool = False) -> str:
             lines.append(f"   - {key.replace('_', ' ')}: {_fmt(value)}")
         lines.append(f"   what to do: {f['remediation']}")
         lines.append("")
-    lines.extend(_capacity_and_cost(doc, h))
+    lines.extend(capacity_and_cost_lines(doc, h))
     lines.extend(configuration_lines(doc, markdown))
     for note in doc.get("notes", [])[:5]:
         lines.append(f"note: {note}")
@@ -154,7 +154,7 @@ def to_text(doc: dict, markdown: bool = False) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _capacity_and_cost(doc: dict, h: str) -> list[str]:
+def capacity_and_cost_lines(doc: dict, h: str) -> list[str]:
     lines = []
     cap = doc.get("capacity")
     if cap:

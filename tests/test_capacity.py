@@ -128,3 +128,25 @@ def test_healthy_job_needs_no_upgrade(capsys):
     doc = diagnosis("replay_data/healthy_basic.om.gz", capsys)
     assert doc["capacity"]["upgrade_to"] is None, doc["capacity"]
     assert doc["capacity"]["gpu_idle_saturated_fraction"] < TARGET
+
+
+def test_several_jobs_get_their_own_capacity_and_cost(capsys):
+    # Three jobs on one cluster (replay_data/jobs3): capacity is sized per job, from that
+    # job's traffic, and every finding carries its cost in the cluster's currency.
+    path = "replay_data/jobs3.om.gz"
+    labels = json.loads(open(path.replace(".om.gz", ".labels.json")).read())
+    doc = diagnosis(path, capsys, "--gpu-hour-price", "2", "--currency", "EUR")
+    jobs = {j["name"]: j for j in doc["jobs"]}
+    assert set(jobs) == {j["name"] for j in labels["jobs"]}
+    bound = {i["job"] for i in labels["incidents"] if i["class"] == "network_bandwidth"}
+    assert bound, "the trace lost its network-bound job: the test means nothing"
+    for name in bound:
+        assert jobs[name]["capacity"]["upgrade_to"], jobs[name]["capacity"]
+    speeds = {name: j["capacity"]["nic_speed_gbps"] for name, j in jobs.items()}
+    assert len(set(speeds.values())) > 1, "jobs on different fabrics should be sized on their own links"
+    for f in doc["findings"]:
+        assert f["cost"] == pytest.approx(f["gpu_idle_seconds"] / 3600 * 2, abs=0.01)
+    assert doc["cost"]["currency"] == "EUR" and "configuration" in doc
+    assert diagnose(["--replay", path, "--gpu-hour-price", "2", "--currency", "EUR"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("Network capacity:") == len(jobs) and "EUR" in text and "Configuration" in text

@@ -129,6 +129,7 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         "sm_clock": (f"avg by (instance) (avg_over_time({c.GPU_SM_CLOCK.name}{{$M}}[$S]))", ("instance",)),
         "tcp_retrans": (f"sum by (instance) ((increase({c.TCP_RETRANSMITTED.name}{{$M}}[$S]) and {c.TCP_RETRANSMITTED.name}{{$M}} offset $S))", ("instance",)),
         "tcp_sent": (f"sum by (instance) ((increase({c.TCP_SENT.name}{{$M}}[$S]) and {c.TCP_SENT.name}{{$M}} offset $S))", ("instance",)),
+        "bursts": (f"sum by (instance) ((increase({c.NODE_NETWORK_BURSTS.name}{{$M}}[$S]) and {c.NODE_NETWORK_BURSTS.name}{{$M}} offset $S))", ("instance",)),
         "state": (f"sum by (instance, network_state) "
                   f"((increase({c.NODE_NETWORK_STATE_SECONDS.name}{{$M}}[$S]) and {c.NODE_NETWORK_STATE_SECONDS.name}{{$M}} offset $S))", ("instance", "network_state")),
         "pfc_tx": ("sum by (instance) (" + on_fabric(
