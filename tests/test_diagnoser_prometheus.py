@@ -36,10 +36,20 @@ def same(replay: list[tuple], served: list[tuple], tolerance: float) -> bool:
 
 def assert_server_agrees_with_file(trace, url: str) -> None:
     start, end = window(trace)
-    _, from_file = findings("--replay", str(trace))
-    _, from_server = findings("--prometheus", url, "--start", start, "--end", end)
+    file_doc, from_file = findings("--replay", str(trace))
+    server_doc, from_server = findings("--prometheus", url, "--start", start, "--end", end)
     # Windows start at the same time; an edge may move by a window or two (increase() extrapolates).
     assert same(from_file, from_server, tolerance=260), (from_file, from_server)
+    # The capacity advice measures the same traffic both ways (bursts and line-rate time
+    # summed on the server).
+    a, b = file_doc.get("capacity"), server_doc.get("capacity")
+    assert (a is None) == (b is None), (a, b)
+    if a:
+        for key in ("gpu_idle_saturated_fraction", "saturated_time_fraction"):
+            if a[key] is not None:
+                assert b[key] == pytest.approx(a[key], abs=0.02), (key, a, b)
+        if "bursts_per_second" in a:
+            assert b["bursts_per_second"] == pytest.approx(a["bursts_per_second"], rel=0.1), (a, b)
 
 
 def window(trace):
