@@ -79,8 +79,10 @@ def generate(argv: list[str]) -> dict:
     labels = {"incidents": [], "jobs": [], "notes": "python -m gpunet.simulate.multijob " +
               " ".join(shlex.quote(a) if a != args.out else Path(a).name for a in argv)}
     for name, r in results:
-        labels["jobs"].append({"name": name, "nodes": sorted(r.cluster.instances), "gpus_per_node": r.spec.cluster.gpus})
-        labels["incidents"] += [{**i, "job": name} for i in r.labels()["incidents"]]
+        workload = f"{args.namespace}/{name}"
+        labels["jobs"].append({"name": workload, "nodes": sorted(r.cluster.instances),
+                               "gpus_per_node": r.spec.cluster.gpus})
+        labels["incidents"] += [{**i, "job": workload} for i in r.labels()["incidents"]]
     labels["incidents"].sort(key=lambda i: (i["start"], i["job"], i["class"]))
     path = Path(str(args.out).removesuffix(".gz").removesuffix(".om") + ".labels.json")
     path.write_text(json.dumps(labels, indent=1) + "\n")
@@ -98,8 +100,10 @@ def write(results: list, out: str, workload_info: bool, namespace: str, compress
     with TraceWriter(out, compresslevel=compresslevel) as w:
         for metric, kind in families:
             if metric is C.GPU_WORKLOAD_INFO:
-                per_node = [[({"gpu": g.index, "workload": name, "source": "kubernetes", "namespace": namespace,
-                               "pod": f"{name}-worker-{i}", "container": "trainer"}, np.ones(len(node.times)))
+                # As the exporter names a Kubernetes workload: <namespace>/<job of the pod>.
+                per_node = [[({"gpu": g.index, "workload": f"{namespace}/{name}", "source": "kubernetes",
+                               "namespace": namespace, "pod": f"{name}-worker-{i}", "container": "trainer"},
+                              np.ones(len(node.times)))
                              for g in r.cluster.gpus[i]] for name, r, i, node in nodes]
             else:
                 per_node = [node.series.get(metric.name, ()) for _, _, _, node in nodes]
