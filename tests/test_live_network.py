@@ -232,18 +232,20 @@ def test_gpu_idle_split_by_real_network_state(lab, tmp_path):
     t0 = time.monotonic()
     result = nx.iperf3(lab.a, lab.b, nx.ADDR_B, 3, IPERF_PORT)
     during = split(exp.scrape())
-    time.sleep(1.5)
+    time.sleep(2.0)
     after_scrape = exp.scrape()
     after, elapsed = split(after_scrape), time.monotonic() - t0
     duration = result["end"]["sum_sent"]["seconds"]
 
     saturated = during["saturated"] - quiet_phase["saturated"]
     print(f"\n[gpu idle] during iperf3 ({duration:.2f} s): saturated +{saturated:.3f} s, quiet "
-          f"+{during['quiet'] - quiet_phase['quiet']:.3f} s; 1.5 s after: quiet +{after['quiet'] - during['quiet']:.3f} s")
+          f"+{during['quiet'] - quiet_phase['quiet']:.3f} s; 2 s after: quiet +{after['quiet'] - during['quiet']:.3f} s")
     assert quiet_phase["quiet"] > 0 and quiet_phase["saturated"] == 0, quiet_phase
     # 70% of the time GPUs were idle, and the network was saturated for (about) the transfer.
     assert abs(saturated - 0.7 * duration) <= 0.25 * 0.7 * duration, saturated
     assert after["saturated"] == during["saturated"], "idle counted as saturated after traffic stopped"
+    # Of the 2 s after, the shaper's queue drains and the last ticks are published (up to
+    # ~0.8 s on a loaded machine); GPUs idle 70% of the rest, with the network quiet.
     assert after["quiet"] - during["quiet"] >= 0.7 * 1.2
     # The invariant: busy + all idle states grew by the wall time (scrapes bracket it loosely).
     busy = after_scrape.value(BUSY, gpu="0") - busy_before
