@@ -5,7 +5,9 @@
 Starts the exporter on this machine, loads GPU 0 with a torch matmul loop for 20 s, lets
 it idle 10 s, and scrapes before, between and after. Prints busy seconds per phase (they
 must track the load), the GPM metrics (Hopper and newer), the throttle and collector
-state, then writes `gpunet-exporter snapshot` of the machine to OUT/fixture (to be
+state; mid-load, which workload the exporter attributes GPU 0 to (NVML's compute
+processes: the torch process must show, source "process") and the GPU's PCIe link under
+load and idle (GPUs lower the transfer rate when idle); then writes `gpunet-exporter snapshot` of the machine to OUT/fixture (to be
 committed as a test fixture) and the figures to OUT/report.json.
 """
 
@@ -66,7 +68,11 @@ def main() -> int:
                 time.sleep(0.1)
         time.sleep(2.5)  # two slow ticks: GPM needs two samples
         before, t0 = scrape(url), time.monotonic()
-        subprocess.run([sys.executable, "-c", LOAD.format(seconds=args.load_seconds)], check=True, env=env)
+        load = subprocess.Popen([sys.executable, "-c", LOAD.format(seconds=args.load_seconds)], env=env)
+        time.sleep(min(args.load_seconds * 0.75, 15.0))  # past a workload refresh (10 s)
+        mid = scrape(url)
+        if load.wait() != 0:
+            raise SystemExit("the torch load failed")
         loaded, t1 = scrape(url), time.monotonic()
         time.sleep(args.idle_seconds)
         idle, t2 = scrape(url), time.monotonic()
@@ -86,6 +92,16 @@ def main() -> int:
             print(f"{gpu:>4} {row['busy_fraction_load']:>10.3f} {row['busy_fraction_idle']:>10.3f} "
                   f"{row['sm_active_during_load'] or float('nan'):>10.3f} "
                   f"{row['tensor_active_during_load'] or float('nan'):>8.3f} {(row['sm_clock_hz'] or 0) / 1e6:>10.0f}")
+        report["workload_gpu0_mid_load"] = [dict(k) for (n, k) in mid
+                                            if n == "gpunet_gpu_workload_info" and dict(k).get("gpu") == "0"]
+        report["pcie_gpu0"] = {phase: {name.removeprefix("gpunet_gpu_pcie_"): value(m, name, gpu="0")
+                                       for name in ("gpunet_gpu_pcie_current_link_transfers_per_second",
+                                                    "gpunet_gpu_pcie_max_link_transfers_per_second",
+                                                    "gpunet_gpu_pcie_current_link_width",
+                                                    "gpunet_gpu_pcie_max_link_width")}
+                               for phase, m in (("load", mid), ("idle", idle))}
+        print("GPU 0 workload mid-load:", report["workload_gpu0_mid_load"] or "none")
+        print("GPU 0 PCIe (load, idle):", report["pcie_gpu0"])
         report["collectors_up"] = {dict(k)["collector"]: v for (n, k), v in idle.items()
                                    if n == "gpunet_exporter_collector_up"}
         gpu0 = report["gpus"].get("0", {})
