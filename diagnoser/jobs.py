@@ -67,6 +67,8 @@ def split(frame: Frame) -> list[Job]:
     """The jobs of the frame: attributed ones first (by name), then behaviour groups."""
     jobs, owned, notes = _attributed(frame)
     rest = [i for i in frame.instances if i not in owned]
+    if rest and jobs:
+        rest = _attach(frame, jobs, rest)
     if rest:
         groups = by_behaviour(frame, rest)
         for k, group in enumerate(groups, 1):
@@ -83,7 +85,9 @@ def _attributed(frame: Frame) -> tuple[list[Job], set[str], list[str]]:
     wl = frame.workloads
     if wl is None or not len(wl):
         return [], set(), []
-    wl = wl[wl["instance"].isin(frame.instances)]
+    wl = wl[wl["instance"].isin(frame.instances) & names_a_job(wl)]
+    if not len(wl):
+        return [], set(), []
     # The same workload name in two namespaces is two jobs.
     key = wl["namespace"].fillna("") + "/" + wl["workload"].fillna("")
     names = {k: k.split("/", 1)[1] or k for k in key.unique()}
@@ -110,6 +114,56 @@ def _attributed(frame: Frame) -> tuple[list[Job], set[str], list[str]]:
         jobs.append(Job(name, nodes, max(frame.start, float(w.min())), min(frame.end, float(w.max()) + frame.step),
                         source[name]))
     return jobs, set(owner), notes
+
+
+def _attach(frame: Frame, jobs: list[Job], rest: list[str]) -> list[str]:
+    """Nodes without attribution that move with an attributed job join it: a node whose
+    kubelet socket or Slurm folder failed is still in its job, and it is often the faulty
+    one. A node follows a job when its busy profile correlates (|r|: a straggler moves
+    against its peers) with the job's first principal component about as well as the job's
+    own nodes do (half their mean |r|, the midpoint between a member and an outsider) and
+    far beyond chance. Returns the nodes that follow no job."""
+    prof = busy_profile(frame, frame.instances)
+    if not len(prof):
+        return rest
+    x = prof[(prof.notna().sum(axis=1) >= MIN_POINTS) & (prof.std(axis=1) > 1e-6)]
+    z = x.sub(x.mean(axis=1), axis=0).div(x.std(axis=1), axis=0)
+    profiles = []
+    for job in jobs:
+        members = [i for i in job.instances if i in z.index]
+        if len(members) < MIN_CORE:
+            continue
+        mz = z.loc[members].to_numpy()
+        _, _, vt = np.linalg.svd(np.nan_to_num(mz), full_matrices=False)
+        pc = vt[0] / max(float(np.std(vt[0])), 1e-12)
+        own = np.abs(np.nan_to_num(mz) @ pc) / np.maximum(np.isfinite(mz).sum(axis=1), 1)
+        profiles.append((job, pc, float(own.mean())))
+    left = []
+    for node in rest:
+        if node not in z.index or not profiles:
+            left.append(node)
+            continue
+        row = z.loc[node].to_numpy()
+        n = int(np.isfinite(row).sum())
+        follow = [abs(float(np.nan_to_num(row) @ pc)) / max(n, 1) for _, pc, _ in profiles]
+        best = int(np.argmax(follow))
+        job, _, signal = profiles[best]
+        if follow[best] >= max(0.5 * signal, NOISE_SIGMAS / np.sqrt(max(n, 1))):
+            job.instances = sorted(job.instances + [node])
+            job.notes.append(f"{node} has no workload information; it moves with {job.name}'s nodes "
+                             f"(|r| {follow[best]:.2f} with their common profile) and is diagnosed with them")
+        else:
+            left.append(node)
+    return left
+
+
+def names_a_job(wl: pd.DataFrame) -> pd.Series:
+    """Which workload rows name a job, the same on all its nodes: not the exporter's last
+    resorts, a process's command name (source "process": every job runs python3) or a pod
+    UID found in a cgroup (source "kubernetes" without a namespace: one per node). Nodes
+    known only by those are grouped by behaviour."""
+    source = wl["source"].fillna("")
+    return ~((source == "process") | ((source == "kubernetes") & (wl["namespace"].fillna("") == "")))
 
 
 def busy_profile(frame: Frame, instances: list[str]) -> pd.DataFrame:

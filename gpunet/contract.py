@@ -173,7 +173,8 @@ GPU_PCIE_MAX_WIDTH = _m("gpunet_gpu_pcie_max_link_width", "gauge", "PCIe lanes t
 # Issue 9: which workload uses each GPU. An info metric joinable on `gpu`, so that the
 # workload's labels are not repeated on every series (`job` is Prometheus' own label).
 GPU_WORKLOAD_INFO = _m("gpunet_gpu_workload_info", "gauge",
-                       "One per (GPU, workload using it): source is kubernetes, slurm or process.",
+                       "One per (GPU, workload using it): source is kubernetes, slurm, torchelastic (torchrun's run id) "
+                       "or process (the command name only).",
                        ("gpu", "workload", "source", "namespace", "pod", "container"))
 
 # --- Exporter self-metrics -----------------------------------------------------------------
@@ -199,7 +200,7 @@ PFC_PRIORITIES = tuple(str(p) for p in range(8)) + ("global",)
 RDMA_LOSS_KINDS = ("out_of_sequence", "sequence_error", "ack_timeout")
 NETWORK_STATES = ("paused", "saturated", "active", "quiet")  # first match wins, in this order
 ECN_POINTS = ("notification", "reaction")
-WORKLOAD_SOURCES = ("kubernetes", "slurm", "process")
+WORKLOAD_SOURCES = ("kubernetes", "slurm", "torchelastic", "process")
 THROTTLE_REASONS = ("sw_power_cap", "sw_thermal", "hw_slowdown", "hw_thermal", "hw_power_brake")
 SATURATED_RATIO = 0.90  # a direction at >= 90% of link speed is saturated
 ACTIVE_RATIO = 0.05  # ... and at >= 5% active

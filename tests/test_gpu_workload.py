@@ -130,7 +130,7 @@ H100_JOBS = {
     ("5", "4713", "slurm", "", "", ""),  # no job in the cgroup: SLURM_JOB_ID in environ
     ("6", "7c9e2d4a-1b3f-4e5a-9c8d-0f1e2d3c4b5a", "kubernetes", "", "", ""),  # kubepods cgroup: the pod UID
     ("7", "all_reduce_perf", "process", "", "", ""),  # nothing but its command name
-    ("7", "llm-sft-42", "process", "", "", ""),  # TORCHELASTIC_RUN_ID; pid 5402 has exited
+    ("7", "llm-sft-42", "torchelastic", "", "", ""),  # TORCHELASTIC_RUN_ID; pid 5402 has exited
 }
 
 
@@ -513,7 +513,7 @@ def test_live_processes_are_told_apart_by_their_real_proc_files():
             pytest.skip(f"this test runs inside a job's cgroup: {cgroup.strip()}")
         comm = live.read_text(f"proc/{procs['plain'].pid}/comm").strip()
         assert owner(live, procs["slurm"].pid) == Owner("slurm", "424242")
-        assert owner(live, procs["torchrun"].pid) == Owner("process", "run-77")
+        assert owner(live, procs["torchrun"].pid) == Owner("torchelastic", "run-77")
         assert owner(live, procs["plain"].pid) == Owner("process", comm)
         assert comm.startswith("python")
     finally:

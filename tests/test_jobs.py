@@ -143,6 +143,52 @@ def test_shared_node_belongs_to_the_job_holding_most_of_its_gpus():
     assert any(node in n and "shared" in n for j in found.values() for n in j.notes)
 
 
+def _jobs3_with(rewrite):
+    """jobs3's frame with its workload rows rewritten, then split and diagnosed per job."""
+    from diagnoser.jobreport import diagnose_jobs
+    from diagnoser.jobs import split
+    from diagnoser.sources.replay import frame_from_trace
+
+    trace = REPO / "replay_data" / "jobs3.om.gz"
+    frame = frame_from_trace(trace)
+    frame.workloads = rewrite(frame.workloads)
+    jobs = split(frame)
+    return diagnose_jobs(frame, jobs, [])[1], labels_of(trace)
+
+
+@pytest.mark.parametrize("fallback", ["command name", "pod uid"])
+def test_exporter_fallback_names_are_not_jobs(fallback):
+    # The exporter's last resorts name no job: every job's processes are `python3`, and a
+    # pod UID from a cgroup differs on every node. With only those, the nodes are grouped
+    # by behaviour exactly as with no workload information at all.
+    import pandas as pd
+
+    from diagnoser.frame import WORKLOAD_COLUMNS
+    from diagnoser.jobreport import diagnose_jobs
+    from diagnoser.jobs import split
+    from diagnoser.sources.replay import frame_from_trace
+
+    trace = REPO / "replay_data" / "jobs3_no_workload_info.om.gz"
+    frame = frame_from_trace(trace)
+    assert not len(frame.workloads)
+    rows = [(i, "0", "python3" if fallback == "command name" else f"pod-{i}",
+             "process" if fallback == "command name" else "kubernetes", "", float(w))
+            for i in frame.instances for w in frame.windows]
+    frame.workloads = pd.DataFrame(rows, columns=WORKLOAD_COLUMNS)
+    doc = diagnose_jobs(frame, split(frame), [])[1]
+    assert_per_job(doc, labels_of(trace), attributed=False)
+
+
+def test_node_without_attribution_joins_the_job_it_moves_with():
+    # The straggler's own node lost its attribution (its kubelet socket failed): it still
+    # belongs to its job, and the straggler is still found there.
+    straggler = next(i for i in labels_of(REPO / "replay_data" / "jobs3.om.gz")["incidents"]
+                     if i["class"] == "straggler")
+    doc, labels = _jobs3_with(lambda wl: wl[~wl["instance"].isin(straggler["nodes"])])
+    assert_per_job(doc, labels, attributed=True)
+    assert any("no workload information" in n for n in doc.get("notes", [])), doc.get("notes")
+
+
 # --- NCCL inspector input -----------------------------------------------------------------------
 
 def nccl_dump(hosts: dict[str, float], comm: str = "0x5e1f", stamp: str = "2026-01-01T00:15:00Z",

@@ -31,7 +31,9 @@ KUBE_CGROUP = re.compile(r"kubepods.*pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{
 
 @dataclass(frozen=True)
 class Owner:
-    source: str  # slurm | kubernetes | process
+    # slurm | kubernetes | torchelastic: a job's name, the same on all its nodes (kubernetes
+    # here is a pod UID, one per node); process: only the command name, shared by any job.
+    source: str
     workload: str
 
 
@@ -53,7 +55,7 @@ def owner(root: Root, pid: int) -> Owner | None:
         return Owner("kubernetes", m.group(1).replace("_", "-"))
     run_id = env.get("TORCHELASTIC_RUN_ID", "").strip()
     if run_id and run_id != "none":
-        return Owner("process", run_id)
+        return Owner("torchelastic", run_id)
     return Owner("process", (comm or "").strip() or str(pid))
 
 
