@@ -78,7 +78,8 @@ def bandwidth_evidence(speed: float, saturated: float, idle_saturated: float) ->
     if not np.isfinite(high):
         return {}
     gbps = speed * 8 / 1e9
-    return {"nic_speed_gbps": round(gbps, 1), "needed_gbps_per_nic": round(high * 8 / 1e9, 1),
+    return {"sized_over": "this incident's windows (the capacity section sizes the whole window)",
+            "nic_speed_gbps": round(gbps, 1), "needed_gbps_per_nic": round(high * 8 / 1e9, 1),
             "needed_gbps_per_nic_at_least": round(low * 8 / 1e9, 1),
             "upgrade_to": upgrade_step(high * 8 / 1e9, gbps),
             "may_suffice": upgrade_step(low * 8 / 1e9, gbps)}
@@ -137,7 +138,13 @@ def advise(features: Features, model: ModelSize | None = None) -> dict | None:
                           f"({_gb(bytes_per_burst_nic)} per NIC), {per_second:.2f} bursts/s (one every "
                           f"{1 / per_second:.2f} s); at {gbps:.0f} Gb/s a NIC needs {transfer:.3f} s per burst")
 
-    if model is not None and gpus > 1:
+    if model is not None and gpus > 1 and nodes == 1:
+        out["model"] = {"parameters": model.parameters, "bytes_per_parameter": model.bytes_per_parameter,
+                        "gradient_bytes": model.parameters * model.bytes_per_parameter,
+                        "allreduce_bytes_per_node": 0, "allreduce_seconds_at_line_rate": 0.0}
+        arithmetic.append("model: one node, so the all-reduce stays inside it (NVLink/PCIe): nothing crosses "
+                          "the fabric NICs")
+    elif model is not None and gpus > 1:
         gradient = model.parameters * model.bytes_per_parameter
         per_gpu = 2 * (gpus - 1) / gpus * gradient
         per_nic = per_gpu / max(nics_per_node, 1.0)

@@ -4,6 +4,7 @@ each node stands against its peers in the same window (what is normal depends on
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,7 +110,9 @@ def compute(frame: Frame) -> Features:
         with np.errstate(all="ignore"):
             quiet = (fine["idle_quiet"] / total).to_numpy()
         per_window = quiet[: len(g) * FINE].reshape(len(g), FINE)
-        g["idle_quiet_sustained"] = np.nanmedian(per_window, axis=1)
+        with warnings.catch_warnings():  # a window with no sub-window known stays NaN, silently
+            warnings.simplefilter("ignore", RuntimeWarning)
+            g["idle_quiet_sustained"] = np.nanmedian(per_window, axis=1)
     else:
         g["idle_quiet_sustained"] = g["idle_quiet_frac"]
 

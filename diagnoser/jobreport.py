@@ -77,6 +77,11 @@ def only(doc: dict, name: str) -> dict:
     """The document of one job (`diagnose --job NAME`)."""
     out = dict(doc)
     out["jobs"] = [j for j in doc["jobs"] if j["name"] == name]
+    for job in out["jobs"]:  # the summary and the cost are the job's, not the cluster's
+        out.update({k: job[k] for k in ("start", "end", "nodes", "gpus", "gpu_idle_fraction")})
+        out.pop("cost", None)
+        if "cost" in job:
+            out["cost"] = job["cost"]
     out["findings"] = [f for f in doc["findings"] if f["job"] == name]
     out["notes"] = [n for n in doc.get("notes", []) if n.startswith(f"{name}: ") or ": " not in n[:80]]
     if not out["notes"]:

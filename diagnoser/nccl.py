@@ -132,7 +132,7 @@ def annotate(doc: dict, records: pd.DataFrame, instances: list[str], start: floa
         node = instance_of(host, instances)
         if kind is None or node is None:
             continue
-        figure = (f"{row['busbw']:.1f} GB/s over {row['ranks']} rank(s), {row['ratio']:.2f}x its communicators' "
+        figure = (f"{row['busbw']:.1f} GB/s over {int(row['ranks'])} rank(s), {row['ratio']:.2f}x its communicators' "
                   f"median {row['peer_median']:.1f} GB/s: " +
                   ("it enters the collectives late, the others wait in them" if kind == "late"
                    else "it moves its share slowly (its link or transfer path)"))

@@ -133,7 +133,8 @@ def to_text(doc: dict, markdown: bool = False) -> str:
     for n, f in enumerate(doc["findings"], 1):
         minutes = (f["end"] - f["start"]) / 60
         cost = f"{f['gpu_idle_seconds'] / 3600:.1f} GPU-hours idle" if f["gpu_idle_seconds"] is not None \
-            else "GPU impact unknown (no GPU series)"
+            else ("GPU impact not measured (NCCL figures only)" if "nccl_bus_bandwidth" in f["evidence"]
+                  else "GPU impact unknown (no GPU series)")
         if "cost" in f:
             cost += f" (= {_money(f['cost'], doc['cost'])})"
         lines.append(f"{h}{n}. {TITLE[f['class']]} ({f['class']}), confidence {f['confidence']:.2f}")

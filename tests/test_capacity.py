@@ -150,3 +150,21 @@ def test_several_jobs_get_their_own_capacity_and_cost(capsys):
     assert diagnose(["--replay", path, "--gpu-hour-price", "2", "--currency", "EUR"]) == 0
     text = capsys.readouterr().out
     assert text.count("Network capacity:") == len(jobs) and "EUR" in text and "Configuration" in text
+
+
+def test_job_filter_reports_the_jobs_own_size_and_cost(capsys):
+    path = "replay_data/jobs3.om.gz"
+    labels = json.loads(open(path.replace(".om.gz", ".labels.json")).read())
+    job = next(j for j in labels["jobs"] if j["name"].endswith("moe-c"))
+    doc = diagnosis(path, capsys, "--job", job["name"], "--gpu-hour-price", "2")
+    assert doc["nodes"] == len(job["nodes"]) and doc["gpus"] == len(job["nodes"]) * job["gpus_per_node"]
+    hours = doc["gpus"] * (doc["end"] - doc["start"]) / 3600
+    assert doc["cost"]["gpu_hours"] == pytest.approx(hours, rel=0.05)
+
+
+def test_one_node_job_moves_nothing_over_the_fabric(tmp_path, capsys):
+    args = build_parser().parse_args(["--nodes", "1", "--gpus", "8", "--nics", "2", "--duration", "10m",
+                                      "--scrape", "15s", "--seed", "7702", str(tmp_path / "one.om.gz")])
+    write_trace(simulate(spec_from_args(args)), args.out)
+    cap = diagnosis(args.out, capsys, "--model-params", "7B")["capacity"]
+    assert cap["model"]["allreduce_bytes_per_node"] == 0
