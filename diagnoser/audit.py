@@ -196,6 +196,7 @@ class _View:
         self.members: dict[tuple[str, str], dict[str, float]] = {}
         for (inst, b, dev), r in cfg.bond_member.to_dict("index").items():
             self.members.setdefault((inst, b), {})[dev] = r["up"]
+        self.job_of = cfg.job_of
 
 
 def _nested(df: pd.DataFrame) -> dict[tuple[str, str], dict]:
@@ -216,6 +217,23 @@ def _majority(values: dict) -> object | None:
         return None
     value, n = Counter(values.values()).most_common(1)[0]
     return value if n * 2 > len(values) else None
+
+
+def _usual_among_peers(values: dict[tuple, object], job_of: dict[str, str]) -> dict[tuple, object | None]:
+    """Each (instance, device)'s usual value: among its job's nodes where the node's job is
+    known (another job may run other hardware by design), the value they all share or their
+    majority; else the fleet's."""
+    fleet = _majority(values)
+    by_job: dict[str | None, dict[tuple, object]] = {}
+    for key, value in values.items():
+        by_job.setdefault(job_of.get(key[0]), {})[key] = value
+    out = {}
+    for job, members in by_job.items():
+        shared = set(members.values())
+        usual = None if job is None else next(iter(shared)) if len(shared) == 1 else _majority(members)
+        for key in members:
+            out[key] = usual if usual is not None else fleet
+    return out
 
 
 # --- the checks: each returns its hits and, where facts are missing, one note ---------------
@@ -256,20 +274,19 @@ def check_pfc(v: _View) -> tuple[dict[str, list[Hit]], list[str]]:
     for key, prios in sets.items():
         if len(prios) > 1:  # each lossless priority: its own headroom, one more path for pauses
             hits["pfc_on_several_priorities"].append((*key, f"PFC on priorities {','.join(prios)}"))
-    usual = _majority(sets)
-    if usual is not None:
-        for key, prios in sets.items():
-            # Reported once: several priorities, or no PFC and no ECN at all, are their own findings.
-            uncontrolled = not prios and key in v.ecn and not any(v.ecn[key].values())
-            if prios != usual and len(prios) <= 1 and not uncontrolled:
-                hits["pfc_priority_mismatch"].append(
-                    (*key, f"PFC on {','.join(prios) or 'no priority'} where the fleet has {','.join(usual) or 'none'}"))
+    usual_of = _usual_among_peers(sets, v.job_of)
+    for key, prios in sets.items():
+        usual = usual_of[key]
+        # Reported once: several priorities, or no PFC and no ECN at all, are their own findings.
+        uncontrolled = not prios and key in v.ecn and not any(v.ecn[key].values())
+        if usual is not None and prios != usual and len(prios) <= 1 and not uncontrolled:
+            hits["pfc_priority_mismatch"].append(
+                (*key, f"PFC on {','.join(prios) or 'no priority'} where its peers have {','.join(usual) or 'none'}"))
     trust = {k: r["trust"] for k, r in v.roce.items() if _known(r["trust"])}
-    usual_trust = _majority(trust)
-    if usual_trust is not None:
-        for key, t in trust.items():
-            if t != usual_trust:
-                hits["trust_mismatch"].append((*key, f"trust {t} where the fleet trusts {usual_trust}"))
+    usual_of = _usual_among_peers(trust, v.job_of)
+    for key, t in trust.items():
+        if usual_of[key] is not None and t != usual_of[key]:
+            hits["trust_mismatch"].append((*key, f"trust {t} where its peers trust {usual_of[key]}"))
     for key, r in v.fabric.items():
         if not r["ethernet"] or key not in v.pause or key not in v.pfc:
             continue
@@ -351,23 +368,25 @@ def check_links(v: _View) -> tuple[dict[str, list[Hit]], list[str]]:
     hits: dict[str, list[Hit]] = {"link_speed_below_fleet": [], "mtu_mismatch": [], "roce_small_mtu": []}
     notes = []
     speeds = {k: r["speed"] for k, r in v.fabric.items() if _known(r["speed"]) and r["speed"] > 0}
-    usual = _majority(speeds)
-    if usual is not None:
-        slow = {k: s for k, s in speeds.items() if s < SPEED_TOLERANCE * usual}
+    usual_of = _usual_among_peers(speeds, v.job_of)
+    if any(u is not None for u in usual_of.values()):
+        slow = {k: s for k, s in speeds.items() if usual_of[k] is not None and s < SPEED_TOLERANCE * usual_of[k]}
         fastest = {}
         for (inst, _), s in speeds.items():
             fastest[inst] = max(fastest.get(inst, 0.0), s)
-        slow_nodes = {inst for inst, _ in slow}
+        # Nodes of no known job are compared with the whole fleet: there, many uniformly
+        # slower nodes are a partition built so (another job's hardware): said in a note,
+        # not flagged. A port slower than its node's other rails trained low (rails are
+        # cabled alike), and so did one slower than its own job's.
+        unjobbed = {inst for inst, _ in slow if inst not in v.job_of}
         nodes = {inst for inst, _ in speeds}
-        # A port slower than its node's other rails trained low (rails are cabled alike); a
-        # few whole nodes slower than the fleet too. Many uniformly slower nodes are a
-        # partition built so (another job's hardware): said in a note, not flagged.
-        by_design = len(slow_nodes) > max(1, SPEED_PARTITION_SHARE * len(nodes))
+        by_design = len(unjobbed) > max(1, SPEED_PARTITION_SHARE * len(nodes))
         for key, s in slow.items():
-            if not by_design or s < SPEED_TOLERANCE * fastest[key[0]]:
-                hits["link_speed_below_fleet"].append((*key, f"{_gbit(s)} where the fleet runs {_gbit(usual)}"))
+            if not by_design or key[0] in v.job_of or s < SPEED_TOLERANCE * fastest[key[0]]:
+                hits["link_speed_below_fleet"].append((*key, f"{_gbit(s)} where its peers run {_gbit(usual_of[key])}"))
         if by_design and len(hits["link_speed_below_fleet"]) < len(slow):
-            notes.append(f"{len(slow_nodes)} nodes run their fabric below the fleet's {_gbit(usual)}: taken as a "
+            usual = _majority(speeds)
+            notes.append(f"{len(unjobbed)} nodes run their fabric below the fleet's {_gbit(usual)}: taken as a "
                          f"partition built so (over {SPEED_PARTITION_SHARE:.0%} of the nodes), not flagged")
     elif len(speeds) >= FLEET_MIN and len(set(speeds.values())) > 1:
         notes.append("fabric link speeds are split with no majority: speeds not compared")
@@ -377,11 +396,11 @@ def check_links(v: _View) -> tuple[dict[str, list[Hit]], list[str]]:
             small.add(key)
             hits["roce_small_mtu"].append((*key, f"MTU {r['mtu']:.0f}: RoCE path MTU {roce_path_mtu(r['mtu'])}"))
     mtus = {k: r["mtu"] for k, r in v.fabric.items() if r["ethernet"] and _known(r["mtu"])}
-    usual_mtu = _majority(mtus)
-    if usual_mtu is not None:
-        for key, m in mtus.items():
-            if m != usual_mtu and key not in small:  # a too small RoCE MTU is already its own finding
-                hits["mtu_mismatch"].append((*key, f"MTU {m:.0f} where the fleet uses {usual_mtu:.0f}"))
+    usual_of = _usual_among_peers(mtus, v.job_of)
+    for key, m in mtus.items():
+        usual_mtu = usual_of[key]
+        if usual_mtu is not None and m != usual_mtu and key not in small:  # too small for RoCE: its own finding
+            hits["mtu_mismatch"].append((*key, f"MTU {m:.0f} where its peers use {usual_mtu:.0f}"))
     return hits, notes
 
 

@@ -10,6 +10,7 @@ two label sets in the window (it was reconfigured), the fact is unknown, not gue
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -41,10 +42,13 @@ INFOS = {
 # current GPU PCIe speed as its maximum over the window, for the same reason.
 BUSY = c.GPU_BUSY_SECONDS.name
 MAX_OVER_WINDOW = {c.GPU_PCIE_CURRENT_SPEED.name}
-METRICS = frozenset({*GAUGES, *FLAGS, *INFOS, c.BOND_MEMBER_UP.name, BUSY})
+# Which job each node serves: fleet comparisons (speeds, MTU, PFC, trust) are made among a
+# job's nodes, since another job may run on other hardware by design.
+WORKLOAD = c.GPU_WORKLOAD_INFO.name
+METRICS = frozenset({*GAUGES, *FLAGS, *INFOS, c.BOND_MEMBER_UP.name, BUSY, WORKLOAD})
 # Read by the audit only, and constant for long stretches: the trace reader keeps only their
 # value changes (and last sample), see replay.read_trace.
-SPARSE = METRICS - {BUSY, c.NIC_INFO.name, c.GPU_INFO.name, c.NIC_LINK_SPEED.name, c.NIC_FABRIC.name}
+SPARSE = METRICS - {BUSY, c.NIC_INFO.name, c.GPU_INFO.name, c.NIC_LINK_SPEED.name, c.NIC_FABRIC.name, WORKLOAD}
 
 NIC_COLUMNS = ("rdma_device", "link_layer", "numa_node", "trust", "fabric", "speed", "mtu", "pcie_speed",
                "pcie_max_speed", "pcie_width", "pcie_max_width")
@@ -63,6 +67,7 @@ class ConfigSnapshot:
     bond: pd.DataFrame  # (instance, bond): mode, xmit_hash_policy
     bond_member: pd.DataFrame  # (instance, bond, device): up
     notes: list[str] = field(default_factory=list)
+    job_of: dict[str, str] = field(default_factory=dict)  # instance -> the job holding most of its GPUs
 
     @property
     def empty(self) -> bool:
@@ -85,11 +90,15 @@ def snapshot(records: Iterable[tuple[str, dict[str, str], float]]) -> ConfigSnap
     tables: dict[str, dict[tuple, dict]] = {"nic": {}, "gpu": {}, "bond": {}, "pfc": {}, "ecn": {},
                                             "link_pause": {}, "bond_member": {}}
     infos: dict[tuple[str, str, str], set[tuple]] = {}
+    held: dict[str, Counter] = {}
     for name, labels, value in records:
         instance = labels.get("instance")
         if instance is None:
             continue
-        if name in GAUGES:
+        if name == WORKLOAD:
+            if value > 0 and c.workload_names_a_job(labels.get("source", ""), labels.get("namespace", "")):
+                held.setdefault(instance, Counter())[f"{labels.get('namespace', '')}/{labels.get('workload', '')}"] += 1
+        elif name in GAUGES:
             table, column = GAUGES[name]
             key = (instance, labels.get("gpu" if table == "gpu" else "device", ""))
             tables[table].setdefault(key, {})[column] = value
@@ -126,7 +135,7 @@ def snapshot(records: Iterable[tuple[str, dict[str, str], float]]) -> ConfigSnap
         link_pause=_frame(tables["link_pause"], ("instance", "device", "direction"), ("enabled",)),
         bond=_frame(tables["bond"], ("instance", "bond"), ("mode", "xmit_hash_policy")),
         bond_member=_frame(tables["bond_member"], ("instance", "bond", "device"), ("up",)),
-        notes=notes)
+        notes=notes, job_of={i: jobs.most_common(1)[0][0] for i, jobs in held.items()})
 
 
 def empty_snapshot() -> ConfigSnapshot:

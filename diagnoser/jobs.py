@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from diagnoser.frame import FINE, Frame
+from gpunet import contract as c
 
 UNATTRIBUTED = "unattributed"
 # Behaviour grouping. Independent series of n points correlate by chance with |r| of about
@@ -158,12 +159,10 @@ def _attach(frame: Frame, jobs: list[Job], rest: list[str]) -> list[str]:
 
 
 def names_a_job(wl: pd.DataFrame) -> pd.Series:
-    """Which workload rows name a job, the same on all its nodes: not the exporter's last
-    resorts, a process's command name (source "process": every job runs python3) or a pod
-    UID found in a cgroup (source "kubernetes" without a namespace: one per node). Nodes
-    known only by those are grouped by behaviour."""
-    source = wl["source"].fillna("")
-    return ~((source == "process") | ((source == "kubernetes") & (wl["namespace"].fillna("") == "")))
+    """Which workload rows name a job (gpunet.contract.workload_names_a_job); nodes known
+    only by the exporter's last resorts are grouped by behaviour."""
+    return pd.Series([c.workload_names_a_job(s, n) for s, n in zip(wl["source"].fillna(""), wl["namespace"].fillna(""))],
+                     index=wl.index, dtype=bool)
 
 
 def busy_profile(frame: Frame, instances: list[str]) -> pd.DataFrame:

@@ -201,6 +201,13 @@ RDMA_LOSS_KINDS = ("out_of_sequence", "sequence_error", "ack_timeout")
 NETWORK_STATES = ("paused", "saturated", "active", "quiet")  # first match wins, in this order
 ECN_POINTS = ("notification", "reaction")
 WORKLOAD_SOURCES = ("kubernetes", "slurm", "torchelastic", "process")
+
+
+def workload_names_a_job(source: str, namespace: str) -> bool:
+    """Whether a gpunet_gpu_workload_info row names a job, the same on all its nodes: not the
+    exporter's last resorts, a command name (source process: every job runs python3) or a
+    pod UID found in a cgroup (source kubernetes without a namespace: one per node)."""
+    return not (source == "process" or (source == "kubernetes" and not namespace))
 THROTTLE_REASONS = ("sw_power_cap", "sw_thermal", "hw_slowdown", "hw_thermal", "hw_power_brake")
 SATURATED_RATIO = 0.90  # a direction at >= 90% of link speed is saturated
 ACTIVE_RATIO = 0.05  # ... and at >= 5% active

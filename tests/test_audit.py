@@ -293,6 +293,33 @@ def test_a_slower_partition_is_a_note_not_a_finding(tmp_path):
     assert found == {"link_speed_below_fleet": {NODES[0]: ["ens1f0np0"]}}
 
 
+def _jobs(fleet: dict, job_of: dict[str, str]) -> None:
+    for inst, job in job_of.items():
+        for gpu in GPUS:
+            put(fleet, C.GPU_WORKLOAD_INFO.name, 1, instance=inst, gpu=gpu, workload=f"team/{job}",
+                source="kubernetes", namespace="team", pod=f"{job}-worker-0", container="trainer")
+
+
+def test_peers_are_the_jobs_nodes(tmp_path):
+    # One node serves a job of its own on 10G hardware: built so, not a slow link. Within
+    # the big job, one node at 10G is still flagged.
+    fleet = healthy_fleet()
+    _jobs(fleet, {inst: "big" for inst in NODES[:5]} | {NODES[5]: "small"})
+    for dev in NICS:
+        put(fleet, C.NIC_LINK_SPEED.name, 10e9 / 8, instance=NODES[5], device=dev)
+        put(fleet, C.NIC_MTU.name, 9000, instance=NODES[5], device=dev)
+    found, _ = audited(fleet, tmp_path)
+    assert found == {}, found
+    put(fleet, C.NIC_LINK_SPEED.name, 10e9 / 8, instance=NODES[0], device="ens1f0np0")
+    found, _ = audited(fleet, tmp_path)
+    assert found == {"link_speed_below_fleet": {NODES[0]: ["ens1f0np0"]}}
+    # Without the workload information the lone node is compared with the fleet (its speed
+    # is then judged by the partition rule, its MTU by the fleet's).
+    drop(fleet, C.GPU_WORKLOAD_INFO.name)
+    found, _ = audited(fleet, tmp_path)
+    assert found["mtu_mismatch"] == {NODES[5]: sorted(NICS)}, found
+
+
 def test_unknown_numa_is_a_note_not_a_finding(tmp_path):
     fleet = healthy_fleet()
     mutate_numa_unknown(fleet)
