@@ -121,6 +121,14 @@ def table(title: str, tgts: list[dict], desc: str = "", w: int = 12, h: int = 8,
             "transformations": transformations, "_w": w, "_h": h}
 
 
+def pcie_columns(kind: str, sel: str) -> list[tuple[str, str]]:
+    """The PCIe link of a NIC or GPU (kind), trained against supported, as table columns."""
+    return [("PCIe GT/s", f"gpunet_{kind}_pcie_current_link_transfers_per_second{{{sel}}} / 1e9"),
+            ("PCIe max GT/s", f"gpunet_{kind}_pcie_max_link_transfers_per_second{{{sel}}} / 1e9"),
+            ("lanes", f"gpunet_{kind}_pcie_current_link_width{{{sel}}}"),
+            ("max lanes", f"gpunet_{kind}_pcie_max_link_width{{{sel}}}")]
+
+
 def columns_table(title: str, specs: list[tuple[str, str]], desc: str = "", w: int = 12, h: int = 8) -> dict:
     """specs: (column name, instant expr) -> one row per label set, one column per expr."""
     refs = [chr(ord("A") + i) for i in range(len(specs))]
@@ -442,21 +450,14 @@ def node() -> dict:
         columns_table("NIC link and PCIe", [
             ("MTU", f"gpunet_nic_mtu_bytes{{{NIC}}}"),
             ("speed (B/s)", f"gpunet_nic_link_speed_bytes_per_second{{{NIC}}}"),
-            ("PCIe GT/s", f"gpunet_nic_pcie_current_link_transfers_per_second{{{NIC}}} / 1e9"),
-            ("PCIe max GT/s", f"gpunet_nic_pcie_max_link_transfers_per_second{{{NIC}}} / 1e9"),
-            ("lanes", f"gpunet_nic_pcie_current_link_width{{{NIC}}}"),
-            ("max lanes", f"gpunet_nic_pcie_max_link_width{{{NIC}}}")],
+            *pcie_columns("nic", NIC)],
             "Per NIC: MTU, negotiated speed, and the PCIe link it trained against what it supports.", w=12),
         columns_table("NIC QoS per priority", [
             ("PFC", f"gpunet_nic_pfc_enabled{{{NIC}}}"),
             ("ECN, both points", f"min without (point) (gpunet_nic_ecn_enabled{{{NIC}}})")],
             "Per NIC and priority: PFC on (1) or off, and RoCE congestion control (ECN/DCQCN) on at both the "
             "notification and reaction points. The RoCE priority wants both; other priorities neither.", w=12),
-        columns_table("GPU PCIe", [
-            ("PCIe GT/s", f"gpunet_gpu_pcie_current_link_transfers_per_second{{{GPU}}} / 1e9"),
-            ("PCIe max GT/s", f"gpunet_gpu_pcie_max_link_transfers_per_second{{{GPU}}} / 1e9"),
-            ("lanes", f"gpunet_gpu_pcie_current_link_width{{{GPU}}}"),
-            ("max lanes", f"gpunet_gpu_pcie_max_link_width{{{GPU}}}")],
+        columns_table("GPU PCIe", pcie_columns("gpu", GPU),
             "Per GPU. An idle GPU lowers its transfer rate (Gen1) by design; fewer lanes is a fault.", w=12),
         table("Workloads on the node",
               [target(f"gpunet_gpu_workload_info{{{GPU}}}", "", instant=True, fmt="table")],

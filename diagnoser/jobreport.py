@@ -101,8 +101,8 @@ def to_text_jobs(doc: dict, markdown: bool = False) -> str:
                              if f["job"] == job["name"]], "notes": []}
         if "capacity" in job:
             part["capacity"] = job["capacity"]
-        if "cost" in doc:  # the findings' money is written in the cluster's currency
-            part["cost"] = {"currency": doc["cost"].get("currency", ""), "gpu_hours": 0}
+        if "cost" in job:  # the job's GPU-hours (and money) under its findings
+            part["cost"] = job["cost"]
         body = to_text(part, markdown).splitlines()
         found = "workload " + job["found_by"] if job["found_by"] != "behaviour" else "grouped by behaviour"
         lines.append(f"{h2}job {job['name']} ({found})")
@@ -110,7 +110,8 @@ def to_text_jobs(doc: dict, markdown: bool = False) -> str:
         for line in body[2:]:
             lines.append(line.replace(h2, "### ", 1) if markdown and line.startswith(h2) else line)
         lines.append("")
-    lines.extend(capacity_and_cost_lines({"cost": doc["cost"]} if "cost" in doc else {}, h2))
+    lines.extend(line.replace("Cost:", "Cluster cost, all jobs:", 1)
+                 for line in capacity_and_cost_lines({"cost": doc["cost"]} if "cost" in doc else {}, h2))
     lines.extend(configuration_lines(doc, markdown))
     for note in doc.get("notes", [])[:8]:
         lines.append(f"note: {note}")
