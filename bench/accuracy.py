@@ -4,7 +4,7 @@
     python bench/accuracy.py --seed 3000     # another one
     python bench/accuracy.py DIR             # traces with .labels.json in DIR (replay_data/, ...)
 
-Each trace is split into jobs first, as `diagnose` does (a trace of one job stays whole).
+Each trace goes through exactly what `diagnose` runs (diagnoser.pipeline), jobs and all.
 
 The thresholds were tuned on replay_data/ and the suite of seed 1000; seed 2000 and later
 are the measurement. Prints per class: labelled incidents, detected, false findings.
@@ -19,26 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from diagnoser.classify import classify
 from diagnoser.evaluate import Score, labels_of
-from diagnoser.features import compute
-from diagnoser.incidents import absorb_symptoms, merge, periodic_stalls
-from diagnoser.jobreport import diagnose_jobs
-from diagnoser.jobs import split
-from diagnoser.report import to_json
-from diagnoser.sources.replay import frame_from_trace
+from diagnoser.pipeline import diagnose as run_diagnosis
+from diagnoser.sources import Source
 
 
 def diagnose(trace: Path) -> list[dict]:
-    """What `diagnose --format json` finds: one diagnosis per job where there are several."""
-    frame = frame_from_trace(trace)
-    jobs = split(frame)
-    if len(jobs) > 1 or jobs[0].how != "behaviour":
-        return diagnose_jobs(frame, jobs, [])[1]["findings"]
-    features = compute(frame)
-    incidents, _ = periodic_stalls(
-        absorb_symptoms(merge(classify(features), frame.step), frame.step), frame.step)
-    return to_json(features, incidents, [])["findings"]
+    """What `diagnose --replay TRACE --format json` finds (the same pipeline, in-process)."""
+    return run_diagnosis(Source(replay=str(trace))).to_dict()["findings"]
 
 
 def main() -> int:

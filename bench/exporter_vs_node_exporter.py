@@ -232,7 +232,7 @@ def measure(name: str, argv: list[str], port: int, args: argparse.Namespace, std
         window = CpuWindow(proc.pid)
         latencies, statuses, sizes = [], {}, []
         first = last = None
-        for i in range(args.scrapes):
+        for _i in range(args.scrapes):
             dt, status, body, headers = scraper.get()
             latencies.append(dt)
             statuses[status] = statuses.get(status, 0) + 1
@@ -254,7 +254,7 @@ def measure(name: str, argv: list[str], port: int, args: argparse.Namespace, std
             # body is cached only until the next tick publishes), as under a real Prometheus.
             log(f"{name}: {args.spaced_scrapes} scrapes {args.spaced_interval} s apart")
             spaced = []
-            for i in range(args.spaced_scrapes):
+            for _i in range(args.spaced_scrapes):
                 time.sleep(args.spaced_interval)
                 spaced.append(scraper.get()[0])
             result["scrape_spaced"] = latency_summary(spaced) | {"interval_s": args.spaced_interval}
@@ -449,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     ne = node_exporter_binary(args.node_exporter)
     if ne is None:
         print("exporter_vs_node_exporter: prometheus-node-exporter not found (looked for "
-              f"{args.node_exporter or ', '.join(NODE_EXPORTER_NAMES)}); install it: apt-get install prometheus-node-exporter",
+              f"{args.node_exporter or ', '.join(NODE_EXPORTER_NAMES)})"
+              "; install it: apt-get install prometheus-node-exporter",
               file=sys.stderr)
         return 2
     try:

@@ -7,7 +7,8 @@ it idle 10 s, and scrapes before, between and after. Prints busy seconds per pha
 must track the load), the GPM metrics (Hopper and newer), the throttle and collector
 state; mid-load, which workload the exporter attributes GPU 0 to (NVML's compute
 processes: the torch process must show, source "process") and the GPU's PCIe link under
-load and idle (GPUs lower the transfer rate when idle); then writes `gpunet-exporter snapshot` of the machine to OUT/fixture (to be
+load and idle (GPUs lower the transfer rate when idle);
+then writes `gpunet-exporter snapshot` of the machine to OUT/fixture (to be
 committed as a test fixture) and the figures to OUT/report.json.
 """
 

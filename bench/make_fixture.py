@@ -147,33 +147,8 @@ Udp: 8812331 3211 0 8813004 0 0 0 1203 0
 UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
 UdpLite: 0 0 0 0 0 0 0 0 0
 """
-TCPEXT_FIELDS = (
-    "SyncookiesSent SyncookiesRecv SyncookiesFailed EmbryonicRsts PruneCalled RcvPruned OfoPruned "
-    "OutOfWindowIcmps LockDroppedIcmps ArpFilter TW TWRecycled TWKilled PAWSActive PAWSEstab BeyondWindow "
-    "TSEcrRejected PAWSOldAck PAWSTimewait DelayedACKs DelayedACKLocked DelayedACKLost ListenOverflows "
-    "ListenDrops TCPHPHits TCPPureAcks TCPHPAcks TCPRenoRecovery TCPSackRecovery TCPSACKReneging "
-    "TCPSACKReorder TCPRenoReorder TCPTSReorder TCPFullUndo TCPPartialUndo TCPDSACKUndo TCPLossUndo "
-    "TCPLostRetransmit TCPRenoFailures TCPSackFailures TCPLossFailures TCPFastRetrans TCPSlowStartRetrans "
-    "TCPTimeouts TCPLossProbes TCPLossProbeRecovery TCPRenoRecoveryFail TCPSackRecoveryFail TCPRcvCollapsed "
-    "TCPBacklogCoalesce TCPDSACKOldSent TCPDSACKOfoSent TCPDSACKRecv TCPDSACKOfoRecv TCPAbortOnData "
-    "TCPAbortOnClose TCPAbortOnMemory TCPAbortOnTimeout TCPAbortOnLinger TCPAbortFailed TCPMemoryPressures "
-    "TCPMemoryPressuresChrono TCPSACKDiscard TCPDSACKIgnoredOld TCPDSACKIgnoredNoUndo TCPSpuriousRTOs "
-    "TCPMD5NotFound TCPMD5Unexpected TCPMD5Failure TCPSackShifted TCPSackMerged TCPSackShiftFallback "
-    "TCPBacklogDrop PFMemallocDrop TCPMinTTLDrop TCPDeferAcceptDrop IPReversePathFilter TCPTimeWaitOverflow "
-    "TCPReqQFullDoCookies TCPReqQFullDrop TCPRetransFail TCPRcvCoalesce TCPOFOQueue TCPOFODrop TCPOFOMerge "
-    "TCPChallengeACK TCPSYNChallenge TCPFastOpenActive TCPFastOpenActiveFail TCPFastOpenPassive "
-    "TCPFastOpenPassiveFail TCPFastOpenListenOverflow TCPFastOpenCookieReqd TCPFastOpenBlackhole "
-    "TCPSpuriousRtxHostQueues BusyPollRxPackets TCPAutoCorking TCPFromZeroWindowAdv TCPToZeroWindowAdv "
-    "TCPWantZeroWindowAdv TCPSynRetrans TCPOrigDataSent TCPHystartTrainDetect TCPHystartTrainCwnd "
-    "TCPHystartDelayDetect TCPHystartDelayCwnd TCPACKSkippedSynRecv TCPACKSkippedPAWS TCPACKSkippedSeq "
-    "TCPACKSkippedFinWait2 TCPACKSkippedTimeWait TCPACKSkippedChallenge TCPWinProbe TCPKeepAlive TCPMTUPFail "
-    "TCPMTUPSuccess TCPDelivered TCPDeliveredCE TCPAckCompressed TCPZeroWindowDrop TCPRcvQDrop "
-    "TCPWqueueTooBig TCPFastOpenPassiveAltKey TcpTimeoutRehash TcpDuplicateDataRehash TCPDSACKRecvSegs "
-    "TCPDSACKIgnoredDubious TCPMigrateReqSuccess TCPMigrateReqFailure TCPPLBRehash TCPAORequired TCPAOBad "
-    "TCPAOKeyNotFound TCPAOGood TCPAODroppedIcmps").split()
-IPEXT_FIELDS = ("InNoRoutes InTruncatedPkts InMcastPkts OutMcastPkts InBcastPkts OutBcastPkts InOctets OutOctets "
-                "InMcastOctets OutMcastOctets InBcastOctets OutBcastOctets InCsumErrors InNoECTPkts InECT1Pkts "
-                "InECT0Pkts InCEPkts ReasmOverlaps").split()
+TCPEXT_FIELDS = ["SyncookiesSent", "SyncookiesRecv", "SyncookiesFailed", "EmbryonicRsts", "PruneCalled", "RcvPruned", "OfoPruned", "OutOfWindowIcmps", "LockDroppedIcmps", "ArpFilter", "TW", "TWRecycled", "TWKilled", "PAWSActive", "PAWSEstab", "BeyondWindow", "TSEcrRejected", "PAWSOldAck", "PAWSTimewait", "DelayedACKs", "DelayedACKLocked", "DelayedACKLost", "ListenOverflows", "ListenDrops", "TCPHPHits", "TCPPureAcks", "TCPHPAcks", "TCPRenoRecovery", "TCPSackRecovery", "TCPSACKReneging", "TCPSACKReorder", "TCPRenoReorder", "TCPTSReorder", "TCPFullUndo", "TCPPartialUndo", "TCPDSACKUndo", "TCPLossUndo", "TCPLostRetransmit", "TCPRenoFailures", "TCPSackFailures", "TCPLossFailures", "TCPFastRetrans", "TCPSlowStartRetrans", "TCPTimeouts", "TCPLossProbes", "TCPLossProbeRecovery", "TCPRenoRecoveryFail", "TCPSackRecoveryFail", "TCPRcvCollapsed", "TCPBacklogCoalesce", "TCPDSACKOldSent", "TCPDSACKOfoSent", "TCPDSACKRecv", "TCPDSACKOfoRecv", "TCPAbortOnData", "TCPAbortOnClose", "TCPAbortOnMemory", "TCPAbortOnTimeout", "TCPAbortOnLinger", "TCPAbortFailed", "TCPMemoryPressures", "TCPMemoryPressuresChrono", "TCPSACKDiscard", "TCPDSACKIgnoredOld", "TCPDSACKIgnoredNoUndo", "TCPSpuriousRTOs", "TCPMD5NotFound", "TCPMD5Unexpected", "TCPMD5Failure", "TCPSackShifted", "TCPSackMerged", "TCPSackShiftFallback", "TCPBacklogDrop", "PFMemallocDrop", "TCPMinTTLDrop", "TCPDeferAcceptDrop", "IPReversePathFilter", "TCPTimeWaitOverflow", "TCPReqQFullDoCookies", "TCPReqQFullDrop", "TCPRetransFail", "TCPRcvCoalesce", "TCPOFOQueue", "TCPOFODrop", "TCPOFOMerge", "TCPChallengeACK", "TCPSYNChallenge", "TCPFastOpenActive", "TCPFastOpenActiveFail", "TCPFastOpenPassive", "TCPFastOpenPassiveFail", "TCPFastOpenListenOverflow", "TCPFastOpenCookieReqd", "TCPFastOpenBlackhole", "TCPSpuriousRtxHostQueues", "BusyPollRxPackets", "TCPAutoCorking", "TCPFromZeroWindowAdv", "TCPToZeroWindowAdv", "TCPWantZeroWindowAdv", "TCPSynRetrans", "TCPOrigDataSent", "TCPHystartTrainDetect", "TCPHystartTrainCwnd", "TCPHystartDelayDetect", "TCPHystartDelayCwnd", "TCPACKSkippedSynRecv", "TCPACKSkippedPAWS", "TCPACKSkippedSeq", "TCPACKSkippedFinWait2", "TCPACKSkippedTimeWait", "TCPACKSkippedChallenge", "TCPWinProbe", "TCPKeepAlive", "TCPMTUPFail", "TCPMTUPSuccess", "TCPDelivered", "TCPDeliveredCE", "TCPAckCompressed", "TCPZeroWindowDrop", "TCPRcvQDrop", "TCPWqueueTooBig", "TCPFastOpenPassiveAltKey", "TcpTimeoutRehash", "TcpDuplicateDataRehash", "TCPDSACKRecvSegs", "TCPDSACKIgnoredDubious", "TCPMigrateReqSuccess", "TCPMigrateReqFailure", "TCPPLBRehash", "TCPAORequired", "TCPAOBad", "TCPAOKeyNotFound", "TCPAOGood", "TCPAODroppedIcmps"]
+IPEXT_FIELDS = ["InNoRoutes", "InTruncatedPkts", "InMcastPkts", "OutMcastPkts", "InBcastPkts", "OutBcastPkts", "InOctets", "OutOctets", "InMcastOctets", "OutMcastOctets", "InBcastOctets", "OutBcastOctets", "InCsumErrors", "InNoECTPkts", "InECT1Pkts", "InECT0Pkts", "InCEPkts", "ReasmOverlaps"]
 
 
 class Writer:

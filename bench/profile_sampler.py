@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import make_fixture  # noqa: E402
+
 from exporter.cli import build_parser, make_sampler  # noqa: E402
 from exporter.registry import Registry  # noqa: E402
 
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 registry.render(openmetrics=True, gzipped=True)
                 timings["render"] += time.perf_counter() - t0
     prof.disable()
-    for collector in [sampler.wire, *sampler.slow]:
+    for collector in [*sampler.link_load_inputs, *sampler.fast, *sampler.slow]:
         close = getattr(collector, "close", None)
         if close:
             close()

@@ -20,7 +20,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,7 +92,7 @@ def series(result: list[dict]):
     """[(labels, times[datetime], values)] of a query_range result."""
     out = []
     for r in result:
-        ts = [datetime.fromtimestamp(float(t), tz=timezone.utc) for t, _ in r["values"]]
+        ts = [datetime.fromtimestamp(float(t), tz=UTC) for t, _ in r["values"]]
         vs = [float(v) for _, v in r["values"]]
         out.append((r["metric"], ts, vs))
     return out
@@ -113,7 +113,7 @@ def render(trace: Path, out: Path, dashboard: Path) -> None:
         prom = Prometheus(trace, Path(tmp))
         try:
             span = prom.last - prom.first
-            t0, t1 = (datetime.fromtimestamp(t, tz=timezone.utc) for t in (prom.first, prom.last))
+            t0, t1 = (datetime.fromtimestamp(t, tz=UTC) for t in (prom.first, prom.last))
 
             def q(title: str, i: int = 0) -> list:
                 return series(prom.query_range(substitute(exprs[title][i]["expr"], span)))
@@ -135,12 +135,12 @@ def render(trace: Path, out: Path, dashboard: Path) -> None:
     fig = plt.figure(figsize=(13, 10.5), dpi=90)
     gs = fig.add_gridspec(3, 2, height_ratios=[1, 1.25, 1], hspace=0.42, wspace=0.18,
                           left=0.11, right=0.98, top=0.93, bottom=0.05)
-    fmt = mdates.DateFormatter("%H:%M", tz=timezone.utc)
+    fmt = mdates.DateFormatter("%H:%M", tz=UTC)
 
     def shade(ax):
         for inc in incidents:
-            ax.axvspan(datetime.fromtimestamp(inc["start"], tz=timezone.utc),
-                       datetime.fromtimestamp(inc["end"], tz=timezone.utc), color="#e02f44", alpha=0.08, lw=0)
+            ax.axvspan(datetime.fromtimestamp(inc["start"], tz=UTC),
+                       datetime.fromtimestamp(inc["end"], tz=UTC), color="#e02f44", alpha=0.08, lw=0)
         ax.xaxis.set_major_formatter(fmt)
         ax.set_xlim(t0, t1)
 
@@ -181,7 +181,7 @@ def render(trace: Path, out: Path, dashboard: Path) -> None:
         x0, x1 = mdates.date2num(grid_t[0]), mdates.date2num(grid_t[-1])
         im = ax.imshow(z, aspect="auto", cmap="turbo", vmin=0, vmax=1, interpolation="nearest",
                        extent=(x0, x1, len(rows) - 0.5, -0.5))
-        ax.xaxis_date(tz=timezone.utc)
+        ax.xaxis_date(tz=UTC)
         cb = fig.colorbar(im, ax=ax, pad=0.01, fraction=0.03)
         cb.ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0, decimals=0))
         cb.set_label("of link speed")
@@ -192,7 +192,7 @@ def render(trace: Path, out: Path, dashboard: Path) -> None:
     ax.set_title("NIC utilisation vs link speed, across nodes (busier direction)")
     for inc in incidents:
         for edge in (inc["start"], inc["end"]):
-            ax.axvline(datetime.fromtimestamp(edge, tz=timezone.utc), color="white", lw=1, ls="--")
+            ax.axvline(datetime.fromtimestamp(edge, tz=UTC), color="white", lw=1, ls="--")
     ax.xaxis.set_major_formatter(fmt)
     ax.set_xlim(t0, t1)
     ax.set_xlabel("time (UTC); dashed: incident window", fontsize=7)
@@ -200,7 +200,7 @@ def render(trace: Path, out: Path, dashboard: Path) -> None:
     # 4. ECN / CNP / PFC rates, cluster-wide
     ax = fig.add_subplot(gs[2, 0])
     for legend, ss in signals:
-        for m, ts, vs in ss:
+        for _metric, ts, vs in ss:
             ax.plot(ts, vs, lw=1.2, label=legend)
     for m, ts, vs in pfc:
         ax.plot(ts, vs, lw=1.2, ls="--", label=f"PFC pauses {m.get('direction', '')}")

@@ -7,22 +7,15 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 
-from diagnoser.capacity import advise
-from diagnoser.audit_cli import run_audit
-from diagnoser.audit_report import add_configuration
-from diagnoser.classify import classify
-from diagnoser.features import compute
-from diagnoser.incidents import absorb_symptoms, merge, periodic_stalls
-from diagnoser.jobcli import add_arguments as add_job_arguments, model_size, nccl_evidence, per_job
-from diagnoser.report import add_cost, dumps, to_json, to_text
-from diagnoser.sources.replay import TraceError, frame_from_trace
-from diagnoser.sources.prometheus import frame_from_prometheus
-from gpunet.promapi import PromError, add_connection_arguments, client_from_arguments
-from gpunet.window import parse_duration, parse_time, resolve
+from diagnoser.analysis.capacity import ModelSize
+from diagnoser.pipeline import Options, UnknownJob, audit, diagnose
+from diagnoser.render import FORMATS, render
+from diagnoser.render.html_report import render_html
+from diagnoser.sources import Connection, Source, SourceError
+from gpunet.promapi import add_connection_arguments
 
 
 def parse_count(text: str) -> float:
@@ -45,8 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", help="window length ending at --end (or the trace's last sample), e.g. 1h")
     p.add_argument("--start", help="window start, RFC 3339 or Unix seconds")
     p.add_argument("--end", help="window end, RFC 3339 or Unix seconds")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
-    add_job_arguments(p)
+    p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--job", metavar="NAME", help="diagnose only this job (a workload name, or a group "
+                   "'unattributed-N' of nodes without workload information); default: every job found")
+    p.add_argument("--nccl", action="append", default=[], metavar="FILE",
+                   help="NCCL inspector Prometheus dump (NCCL_INSPECTOR_PROM_DUMP: a .prom file or its folder); "
+                        "per-rank bus bandwidth as a straggler and link signal. Repeatable")
     add_connection_arguments(p)
     p.add_argument("--fail-on-findings", action="store_true", help="exit 3 when something was found")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
@@ -68,51 +65,32 @@ def main(argv: list[str] | None = None) -> int:
     if not args.replay and not args.prometheus:
         print("diagnose: give --replay FILE or --prometheus URL (or set GPUNET_PROMETHEUS_URL)", file=sys.stderr)
         return 2
-    progress = (lambda m: print(f"diagnose: {m}", file=sys.stderr))
-    if args.audit:
-        return run_audit(args, progress)
+    source = Source(replay=args.replay, prometheus=None if args.replay else args.prometheus, since=args.since,
+                    start=args.start, end=args.end, nccl=tuple(args.nccl),
+                    connection=Connection(args.bearer_token_file, args.basic_auth_user, args.ca_file, args.timeout))
+    options = Options(job=args.job, model=ModelSize(args.model_params, args.bytes_per_param) if args.model_params
+                      else None, gpu_hour_price=args.gpu_hour_price, currency=args.currency, charts=bool(args.html))
+
+    def progress(message: str) -> None:
+        print(f"diagnose: {message}", file=sys.stderr)
+
     try:
-        if args.replay:
-            since = parse_duration(args.since) if args.since else None
-            start = parse_time(args.start) if args.start else None
-            end = parse_time(args.end) if args.end else None
-            frame = frame_from_trace(args.replay, since, start, end, warn=lambda m: progress(f"warning: {m}"))
-        else:
-            start, end = resolve(args.since, args.start, args.end)
-
-            async def read() -> object:
-                async with client_from_arguments(args.prometheus, args) as client:
-                    return await frame_from_prometheus(client, start, end, progress)
-
-            frame = asyncio.run(read())
-    except (TraceError, PromError, ValueError, OSError) as e:
+        if args.audit:
+            checked = audit(source, progress)
+            print(render(checked, args.format), end="")
+            return 3 if args.fail_on_findings and checked.configuration else 0
+        report = diagnose(source, options, progress)
+    except SourceError as e:
         print(f"diagnose: {e}", file=sys.stderr)
         return 1
-    handled = per_job(frame, args)  # several jobs, or --job: one diagnosis per job
-    if handled is not None:
-        return handled
-    features = compute(frame)
-    incidents, stalls = periodic_stalls(
-        absorb_symptoms(merge(classify(features), frame.step), frame.step), frame.step)
-    notes = []
-    if stalls:
-        notes.append(f"{len(stalls)} brief, periodic GPU stalls with a quiet network (checkpoints?) were left out")
-    if not frame.has_gpus:
-        notes.append("no GPU series: network conditions are reported, their GPU impact is unknown")
-    doc = to_json(features, incidents, notes)
-    nccl_evidence(doc, frame, args.nccl_records)
-    add_configuration(doc, frame.config)
-    capacity = advise(features, model_size(args))
-    if capacity is not None:
-        doc["capacity"] = capacity
-    add_cost(doc, features, args.gpu_hour_price, args.currency)
+    except UnknownJob as e:
+        print(f"diagnose: {e}", file=sys.stderr)
+        return 2
     if args.html:
-        from diagnoser.html import render
-
         with open(args.html, "w", encoding="utf-8") as f:
-            f.write(render(features, doc))
-    print(dumps(doc) if args.format == "json" else to_text(doc, markdown=args.format == "markdown"), end="")
-    return 3 if args.fail_on_findings and doc["findings"] else 0
+            f.write(render_html(report))
+    print(render(report, args.format), end="")
+    return 3 if args.fail_on_findings and report.findings else 0
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagnoser.incidents import LOCALISED
-from diagnoser.jobs import UNATTRIBUTED
+from diagnoser.analysis.jobs import UNATTRIBUTED
+from diagnoser.analysis.rules import RULES
 
 
 def matches(truth: dict, finding: dict) -> bool:
@@ -27,7 +27,7 @@ def matches(truth: dict, finding: dict) -> bool:
     overlap = min(truth["end"], finding["end"]) - max(truth["start"], finding["start"])
     if overlap < 0.5 * min(truth["end"] - truth["start"], finding["end"] - finding["start"]):
         return False
-    return truth["class"] not in LOCALISED or set(truth.get("nodes", [])) <= set(finding.get("nodes", []))
+    return not RULES[truth["class"]].localised or set(truth.get("nodes", [])) <= set(finding.get("nodes", []))
 
 
 @dataclass

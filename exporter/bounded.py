@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 
 class Hung(Exception):

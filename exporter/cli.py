@@ -13,9 +13,9 @@ import sys
 import yaml
 from aiohttp import web
 
-from exporter.collectors.gpu import GpuSource
-from exporter.collectors.gpu_workload import DEFAULT_POD_PATTERN, WorkloadOptions, compile_pod_pattern
+from exporter.collector_flags import add_collector_flags, enabled_collectors, unknown_collector
 from exporter.inventory import DEFAULT_EXCLUDE, InventoryOptions
+from exporter.readers.gpus import GpuSource
 from exporter.readers.kubelet import DEFAULT_SOCKET
 from exporter.readers.nvml import FixtureGpus, NvmlGpus
 from exporter.readers.slurm_jobs import DEFAULT_DIR
@@ -24,6 +24,7 @@ from exporter.root import Root
 from exporter.sampler import Sampler
 from exporter.server import Access, make_app
 from exporter.webconfig import WebConfig, WebConfigError
+from exporter.workload_options import DEFAULT_POD_PATTERN, WorkloadOptions, compile_pod_pattern
 from gpunet import __version__
 from gpunet.contract import DEFAULT_PORT
 
@@ -94,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-fixture", default=None, metavar="NVML_JSON",
                    help="read GPUs from this nvml.json (contract section 6) while reading the real network: "
                         "for tests and demos")
-    p.add_argument("--no-gpu", action="store_true", help="do not collect GPU metrics (a node without GPUs)")
+    p.add_argument("--no-gpu", action="store_true",
+                   help="do not collect GPU metrics (a node without GPUs): turns off every collector that needs "
+                        "a GPU, whatever --collector.NAME says")
     p.add_argument("--workload.kubelet-socket", dest="workload_kubelet_socket", default=None, metavar="PATH",
                    help="the kubelet's PodResources socket, to tell which pod uses each GPU (default: "
                         f"{DEFAULT_SOCKET} under --root, skipped when absent; set, its absence is an error)")
@@ -121,7 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "[veth0=200Mbit], web.config.file: /etc/gpunet/web.yml); flags override it, and "
                         "GPUNET_<FLAG> environment variables (GPUNET_FAST_INTERVAL) sit between the two")
     p.add_argument("--version", action="version", version=f"gpunet-exporter {__version__}")
+    add_collector_flags(p)
     return p
+
+
+def as_bool(value: object) -> bool:
+    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
 
 
 def env_name(flag: str) -> str:
@@ -133,6 +141,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Flags, then GPUNET_* environment variables, then the --config file, then defaults:
     the same names everywhere."""
     parser = build_parser()
+    for arg in sys.argv[1:] if argv is None else argv:
+        if arg == "--":
+            break
+        if arg.startswith("--") and (problem := unknown_collector(arg)):
+            parser.error(problem)
     first, _ = parser.parse_known_args(argv)
     settings: dict[str, object] = {}
     config_path = first.config or os.environ.get("GPUNET_CONFIG")
@@ -153,10 +166,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = {}
     for key, value in settings.items():
         action = by_flag.get(key)
+        if action is None and (problem := unknown_collector(key)):
+            parser.error(f"setting {problem} (in --config or GPUNET_* variables)")
         if action is None or key in ("config", "help", "version"):
             parser.error(f"unknown setting {key!r} (in --config or GPUNET_* variables)")
         if isinstance(action, argparse._StoreTrueAction):
-            value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+            value = as_bool(value)
+        elif isinstance(action, argparse.BooleanOptionalAction):
+            value = not as_bool(value) if key.startswith("no-") else as_bool(value)  # no-collector.NAME
         else:
             try:
                 if isinstance(action, argparse._AppendAction):
@@ -179,7 +196,7 @@ def make_sampler(args: argparse.Namespace, registry: Registry) -> Sampler:
     workload = WorkloadOptions(args.workload_kubelet_socket, args.workload_slurm_dir, args.workload_interval,
                                args.workload_pod_pattern)
     return Sampler(root, registry, inventory, args.fast_interval, args.slow_interval, gpu_source(args, root),
-                   workload, args.config_interval)
+                   workload, args.config_interval, enabled_collectors(args))
 
 
 def gpu_source(args: argparse.Namespace, root: Root) -> GpuSource | None:

@@ -9,7 +9,7 @@ what the formats' specifications (and `promtool check metrics`) expect.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 MAX_PREFIXES = 200_000  # a bound on the cache, should label values churn
 # Label values come from the system (interface names, driver and model strings): bounded,

@@ -9,9 +9,17 @@ from __future__ import annotations
 
 from exporter.inventory import Nic
 from exporter.samples import Sample
-from gpunet.contract import (ACTIVE_RATIO, NETWORK_STATES, NIC_PFC_PAUSE_FRAMES, NIC_RECEIVE_BYTES,
-                             NIC_SATURATED_SECONDS, NIC_TRANSMIT_BYTES, NODE_NETWORK_BURSTS,
-                             NODE_NETWORK_STATE_SECONDS, SATURATED_RATIO)
+from gpunet.contract import (
+    ACTIVE_RATIO,
+    NETWORK_STATES,
+    NIC_PFC_PAUSE_FRAMES,
+    NIC_RECEIVE_BYTES,
+    NIC_SATURATED_SECONDS,
+    NIC_TRANSMIT_BYTES,
+    NODE_NETWORK_BURSTS,
+    NODE_NETWORK_STATE_SECONDS,
+    SATURATED_RATIO,
+)
 
 _DIRECTION = {NIC_RECEIVE_BYTES.name: "receive", NIC_TRANSMIT_BYTES.name: "transmit"}
 

@@ -4,8 +4,6 @@ and problems are served again, so they cost almost nothing per tick."""
 
 from __future__ import annotations
 
-from typing import Callable
-
 from exporter.root import SourceError
 from exporter.samples import Collector, Sample, TickContext
 
@@ -13,12 +11,13 @@ DEFAULT_INTERVAL = 30.0
 
 
 class Refreshed:
-    def __init__(self, collector: Collector, interval: float = DEFAULT_INTERVAL,
-                 extra_key: Callable[[], object] = lambda: None):
+    def __init__(self, collector: Collector, interval: float = DEFAULT_INTERVAL):
         self.collector = collector
         self.name = collector.name
         self.interval = interval
-        self.extra_key = extra_key  # more than the NICs whose change forces a read (the GPUs)
+        # Besides the NICs, what forces a read when it changes: the collector's refresh_key()
+        # where it has one (the PCIe collector: the GPUs' PCI addresses).
+        self.extra_key = getattr(collector, "refresh_key", lambda: None)
         self._due: float | None = None
         self._key: object = None
         self._samples: list[Sample] = []

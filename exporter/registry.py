@@ -17,8 +17,17 @@ from prometheus_client import ProcessCollector
 from exporter.exposition import Family, Renderer
 from exporter.samples import Sample
 from gpunet import __version__
-from gpunet.contract import (COLLECTOR_DURATION, COLLECTOR_ERRORS, COLLECTOR_LAST_SUCCESS, COLLECTOR_UP,
-                             EXPORTER_BUILD_INFO, TICK_INTERVAL, TICKS, TICKS_LATE, MetricSpec)
+from gpunet.contract import (
+    COLLECTOR_DURATION,
+    COLLECTOR_ERRORS,
+    COLLECTOR_LAST_SUCCESS,
+    COLLECTOR_UP,
+    EXPORTER_BUILD_INFO,
+    TICK_INTERVAL,
+    TICKS,
+    TICKS_LATE,
+    MetricSpec,
+)
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -68,6 +77,11 @@ class Registry:
         with self._lock:
             return {k: CollectorStatus(**vars(v)) for k, v in self._status.items()}
 
+    def published(self) -> dict[str, list[Sample]]:
+        """The latest samples of each collector (inventory and link_load included), by its name."""
+        with self._lock:
+            return {k: list(v) for k, v in self._samples.items()}
+
     # --- read by the server -------------------------------------------------------------
     def render(self, openmetrics: bool, gzipped: bool = False) -> bytes:
         key = ("om" if openmetrics else "text", gzipped)
@@ -108,9 +122,9 @@ class Registry:
             samples.sort(key=lambda s: s.labels)
             out.append(Family(metric.name, metric.type, metric.help,
                               [(metric.name, metric.labels, s.labels, float(s.value)) for s in samples]))
-        for metric in self._process.collect():
-            name = metric.name + "_total" if metric.type == "counter" else metric.name
-            out.append(Family(name, metric.type, metric.documentation,
+        for process_metric in self._process.collect():
+            name = process_metric.name + "_total" if process_metric.type == "counter" else process_metric.name
+            out.append(Family(name, process_metric.type, process_metric.documentation,
                               [(s.name, tuple(s.labels), tuple(s.labels.values()), float(s.value))
-                               for s in metric.samples]))
+                               for s in process_metric.samples]))
         return out

@@ -1,8 +1,14 @@
 """The sampler owns time: it runs collectors on a fast and a slow tick, off the event loop.
 
-Fast tick (default 0.2 s): what the fast-tick correlation needs (wire bytes, pause frames,
-GPU activity), then the derived counters (saturated seconds, network_state).
-Slow tick (default 1 s): NIC discovery and everything else.
+Fast tick (default 0.2 s): what the fast-tick correlation needs: wire bytes and pause
+frames, then the counters derived from them (link_load.py: saturated seconds, the node's
+network_state), then GPU activity, whose idle time is split by that state.
+Slow tick (default 1 s): NIC discovery (published as "inventory") and everything else.
+
+Which collectors run, and at which tick, comes from exporter/collector_registry.py, where
+each collector module registered itself. Discovery and link_load are the sampler's own
+steps, not registered collectors: every collector depends on the inventory, and
+link_load derives from the wire collector's samples rather than reading a source.
 
 Each tick has its own thread, so a slow source (a hung sysfs read) delays only its own
 tick, and ticks of one kind never overlap: a tick that overruns delays the next, which is
@@ -13,30 +19,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import threading
+import time
+from collections.abc import Iterable
 from dataclasses import replace
 
+import exporter.collectors  # noqa: F401  (importing the package registers every collector)
 from exporter.bounded import BoundedCalls
-from exporter.collectors.bond import BondCollector
-from exporter.collectors.driver_stats import DriverStatsCollector
-from exporter.collectors.gpu import GpuActivityCollector, GpuSource
-from exporter.collectors.gpu_details import GpuDetailsCollector
-from exporter.collectors.gpu_workload import GpuWorkloadCollector, WorkloadOptions
-from exporter.collectors.netdev import NetdevCollector
-from exporter.collectors.nic_info import NicInfoCollector
-from exporter.collectors.pcie import PcieCollector
-from exporter.collectors.qos import QosCollector
-from exporter.collectors.rdma import RdmaCollector
-from exporter.collectors.tcp import TcpCollector
-from exporter.collectors.wire import WireCollector
+from exporter.collector_registry import CollectorSetup, Registration, default_names, registered
 from exporter.counters import MonotonicCounters
 from exporter.inventory import InventoryOptions, Nic, discover
 from exporter.link_load import LinkLoad
+from exporter.readers.gpus import GpuSource
 from exporter.refresh import DEFAULT_INTERVAL, Refreshed
 from exporter.registry import Registry
 from exporter.root import Root, SourceError
 from exporter.samples import Collector, Sample, TickContext
+from exporter.workload_options import WorkloadOptions
 
 log = logging.getLogger("gpunet.exporter")
 
@@ -47,28 +46,24 @@ class Sampler:
     def __init__(self, root: Root, registry: Registry, inventory: InventoryOptions,
                  fast_interval: float = 0.2, slow_interval: float = 1.0,
                  gpus: GpuSource | None = None, workload: WorkloadOptions | None = None,
-                 config_interval: float = DEFAULT_INTERVAL):
+                 config_interval: float = DEFAULT_INTERVAL, collectors: Iterable[str] | None = None):
+        """`collectors` names the registered collectors to run (exporter/collector_registry.py);
+        None: those enabled by default. Collectors that need a GPU run only with `gpus`."""
         self.root = root
         self.registry = registry
         self.inventory_options = inventory
         self.fast_interval = fast_interval
         self.slow_interval = slow_interval
-        self.wire = WireCollector(root)
-        self.fast: list[Collector] = []
-        self.slow: list[Collector] = [NicInfoCollector(), NetdevCollector(root), RdmaCollector(root),
-                                      DriverStatsCollector(root), TcpCollector(root)]
-        self.gpus = gpus
-        if gpus is not None:
-            self.fast.append(GpuActivityCollector(gpus, fast_interval))
-            self.slow.append(GpuDetailsCollector(gpus))
-            workload = workload or WorkloadOptions()
-            self.slow.append(Refreshed(GpuWorkloadCollector(gpus, root, workload), workload.interval))
-        # Configuration facts (issue 8): QoS and PCIe links change rarely, so they are read
-        # every config_interval seconds and when the inventory changes, served in between.
-        self.slow += [Refreshed(QosCollector(root), config_interval),
-                      Refreshed(PcieCollector(root, gpus), config_interval,
-                                lambda: tuple(g.pci_address for g in gpus.identities) if gpus else ()),
-                      BondCollector(root)]
+        chosen = choose(default_names() if collectors is None else collectors, gpus is not None)
+        # Without a collector that asks the GPUs they are not read at all, as on a node without GPUs.
+        self.gpus = gpus if any(r.needs_gpu for r in chosen) else None
+        setup = CollectorSetup(root, self.gpus, fast_interval, config_interval, workload or WorkloadOptions())
+        built = [(r, build(r, setup)) for r in chosen]
+        # Fast tick: first the collectors link_load derives the network state from (the wire
+        # collector), then the rest, which see that state.
+        self.link_load_inputs: list[Collector] = [c for r, c in built if r.feeds_link_load]
+        self.fast: list[Collector] = [c for r, c in built if r.tick == "fast" and not r.feeds_link_load]
+        self.slow: list[Collector] = [c for r, c in built if r.tick == "slow"]
         self.link_load = LinkLoad()
         self.nics: dict[str, Nic] = {}
         self._static: dict = {}  # what discovery need not read again
@@ -79,6 +74,10 @@ class Sampler:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.last_fast_tick = time.monotonic()
+
+    def collector(self, name: str) -> Collector | None:
+        """The running collector of that name (as run: wrapped when it refreshes), None when off."""
+        return next((c for c in [*self.link_load_inputs, *self.fast, *self.slow] if c.name == name), None)
 
     # --- one tick ---------------------------------------------------------------------
     def slow_tick(self, now: float | None = None) -> None:
@@ -105,11 +104,12 @@ class Sampler:
         """One fast tick; `now` (monotonic seconds) lets tests run ticks on a clock of their own."""
         ctx = TickContext(time.monotonic() if now is None else now, self.nics)
         self.last_fast_tick = time.monotonic()
-        wire = self._run(self.wire, ctx)
-        started = time.perf_counter()
-        derived = self.link_load.update(ctx.now, ctx.nics, wire)
-        self.registry.publish("link_load", derived, time.perf_counter() - started, 0)
-        ctx = replace(ctx, network_state=self.link_load.network_state)
+        if self.link_load_inputs:
+            wire = [s for collector in self.link_load_inputs for s in self._run(collector, ctx)]
+            started = time.perf_counter()
+            derived = self.link_load.update(ctx.now, ctx.nics, wire)
+            self.registry.publish("link_load", derived, time.perf_counter() - started, 0)
+            ctx = replace(ctx, network_state=self.link_load.network_state)
         for collector in self.fast:
             self._run(collector, ctx)
 
@@ -188,7 +188,36 @@ class Sampler:
         for thread in self._threads:
             await asyncio.to_thread(thread.join, 5.0)
         self._slow_calls.close()
-        for collector in [self.wire, *self.fast, *self.slow, self.gpus]:
+        for collector in [*self.link_load_inputs, *self.fast, *self.slow, self.gpus]:
             close = getattr(collector, "close", None)
             if close is not None:
                 close()
+
+
+def choose(names: Iterable[str], with_gpus: bool) -> list[Registration]:
+    """The registrations of these names, in registration order; those that need a GPU only
+    `with_gpus`. An unknown name is a ValueError."""
+    names = set(names)
+    known = registered()
+    unknown = names - {r.name for r in known}
+    if unknown:
+        raise ValueError(f"unknown collector(s) {', '.join(sorted(unknown))}; registered: "
+                         f"{', '.join(r.name for r in known)}")
+    return [r for r in known if r.name in names and (with_gpus or not r.needs_gpu)]
+
+
+def build(registration: Registration, setup: CollectorSetup) -> Collector:
+    """The collector, wrapped to run every so often when it registered a refresh."""
+    collector = registration.factory(setup)
+    if collector.name != registration.name:
+        raise ValueError(f"collector registered as {registration.name!r} publishes as {collector.name!r}")
+    refresh = registration.refresh
+    if refresh is None:
+        return collector
+    if refresh == "config":
+        interval = setup.config_interval
+    elif refresh == "workload":
+        interval = setup.workload.interval
+    else:
+        interval = float(refresh)
+    return Refreshed(collector, interval)

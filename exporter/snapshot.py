@@ -18,7 +18,10 @@ from exporter.readers.dcb import read_dcb
 from exporter.readers.ethtool import DriverStatsReader, read_pause
 from exporter.readers.netdev import NET
 from exporter.readers.nvml import normalize_pci
-from exporter.readers.processes import ENV_KEYS, FILES as PROCESS_FILES, environ
+from exporter.readers.pci import PCI_DEVICES
+from exporter.readers.processes import ENV_KEYS, environ
+from exporter.readers.processes import FILES as PROCESS_FILES
+from exporter.readers.procfs import NETSTAT, SNMP
 from exporter.readers.rdma import IB
 from exporter.readers.slurm_jobs import DEFAULT_DIR as SLURM_DIR
 from exporter.root import Root, SourceError
@@ -30,7 +33,7 @@ PCI_FILES = ("uevent", "numa_node", "current_link_speed", "max_link_speed", "cur
 PORT_FILES = ("link_layer", "rate", "state", "phys_state", "gid_attrs/ndevs/0", "counters/*",
               "hw_counters/*", "counters_ext/*")
 RDMA_DEVICE_FILES = ("node_type", "fw_ver", "hca_type", "board_id")
-PROC_FILES = ("proc/net/snmp", "proc/net/netstat")
+PROC_FILES = (SNMP, NETSTAT)
 log = logging.getLogger("gpunet.exporter")
 
 
@@ -176,7 +179,7 @@ def write_snapshot(src: Root, out_dir: str | os.PathLike, gpus=None) -> int:
             w.text("nvml.json", json.dumps(doc, indent=1) + "\n")
             for bus_id in (str(g.get("pci_bus_id") or "") for g in doc.get("gpus", [])):
                 if bus_id:  # their PCIe links
-                    w.copy(f"sys/bus/pci/devices/{normalize_pci(bus_id)}", PCI_FILES)
+                    w.copy(f"{PCI_DEVICES}/{normalize_pci(bus_id)}", PCI_FILES)
             _write_processes(src, w, doc)
         except SourceError as e:
             log.warning("snapshot: no GPUs written: %s", e)

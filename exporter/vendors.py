@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from gpunet.contract import PFC_PRIORITIES
 
-
 Names = tuple  # alternatives tried in order; an alternative that is itself a tuple is a sum
 
 

@@ -45,7 +45,7 @@ class WebConfig:
     _verified: dict[tuple[str, bytes], bool] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: str | Path) -> "WebConfig":
+    def load(cls, path: str | Path) -> WebConfig:
         path = Path(path)
         try:
             doc = yaml.safe_load(path.read_text()) or {}

@@ -54,7 +54,7 @@ class PrometheusClient:
         self._session: aiohttp.ClientSession | None = None
         self.requests = 0
 
-    async def __aenter__(self) -> "PrometheusClient":
+    async def __aenter__(self) -> PrometheusClient:
         headers = {}
         if self._auth.bearer_token:
             headers["Authorization"] = f"Bearer {self._auth.bearer_token}"
@@ -94,7 +94,7 @@ class PrometheusClient:
                         cause = body.get("error") or text.strip()[:200] or f"HTTP {resp.status}"
                         raise PromError(f"{self.url}{path}: {cause}")
                     return body["data"]
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise PromError(f"{self.url}{path}: no answer within {self._timeout.total:.0f}s") from None
             except aiohttp.ClientConnectorError as e:
                 raise PromError(f"{self.url}: cannot connect ({e.os_error.strerror if e.os_error else e})") \

@@ -23,8 +23,8 @@ import math
 import queue
 import threading
 import zlib
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from gpunet.contract import BY_NAME
 
@@ -125,7 +125,7 @@ class TraceWriter:
         self._current: tuple[str, str] | None = None  # (family, type)
         self.samples = 0
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc) -> None:

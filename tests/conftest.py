@@ -34,8 +34,9 @@ def node_copy(tmp_path):
 @pytest.fixture
 def served(tmp_path):
     """Load a trace into a real Prometheus (gpunet-trace load) and serve it; returns the URL."""
-    from gpunet.trace_cli import prometheus_command
     from procs import REPO, start_prometheus
+
+    from gpunet.trace_cli import prometheus_command
 
     procs = []
 

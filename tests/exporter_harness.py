@@ -7,8 +7,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.gpu import GpuSource
 from exporter.inventory import InventoryOptions
+from exporter.readers.gpus import GpuSource
 from exporter.readers.nvml import FixtureGpus
 from exporter.registry import Registry
 from exporter.root import Root
@@ -23,15 +23,15 @@ VOLATILE = re.compile(r"^(process_|gpunet_exporter_collector_duration_seconds|"
 
 class Node:
     def __init__(self, root: Path | str, gpus: str | Path | None = None, slow_interval: float = 1.0,
-                 workload=None, **inventory):
+                 workload=None, collectors=None, **inventory):
         self.registry = Registry(root_label=Path(root).name)
         root_ = Root(root)
         nvml = Path(gpus) if gpus else root_.path("nvml.json")
         source = GpuSource(FixtureGpus(nvml)) if not root_.is_live and nvml.exists() else None
         self.sampler = Sampler(root_, self.registry, InventoryOptions(**inventory), slow_interval=slow_interval,
-                               gpus=source, workload=workload)
+                               gpus=source, workload=workload, collectors=collectors)
 
-    def tick(self, slow: bool = True, fast: bool = True, now: float | None = None) -> "Node":
+    def tick(self, slow: bool = True, fast: bool = True, now: float | None = None) -> Node:
         """One tick; `now` puts it at that time on a clock of the test's own."""
         if slow:
             self.sampler.slow_tick(now)

@@ -18,10 +18,8 @@ import shutil
 import subprocess
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
-
 from procs import REPO, http_get, start_prometheus
 
 pytestmark = [pytest.mark.prometheus,

@@ -10,15 +10,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_diagnoser import diagnose
 
-from diagnoser.audit import CHECKS, audit, pcie_bandwidth, roce_path_mtu
+from diagnoser.analysis.audit import CHECKS, audit, pcie_bandwidth, roce_path_mtu
 from diagnoser.sources.replay import frame_from_trace
 from gpunet import contract as C
 from gpunet.simulate.engine import simulate
 from gpunet.simulate.output import write_trace
-from gpunet.simulate.params import (ClusterParams, SimSpec, parse_config_fault, parse_confounder,
-                                    parse_fault)
-from test_diagnoser import diagnose
+from gpunet.simulate.params import ClusterParams, SimSpec, parse_config_fault, parse_confounder, parse_fault
 
 T0 = 1767225600.0
 NICS = {"ens1f0np0": "0", "ens1f1np1": "1"}  # device -> NUMA node
@@ -304,7 +303,7 @@ def test_peers_are_the_jobs_nodes(tmp_path):
     # One node serves a job of its own on 10G hardware: built so, not a slow link. Within
     # the big job, one node at 10G is still flagged.
     fleet = healthy_fleet()
-    _jobs(fleet, {inst: "big" for inst in NODES[:5]} | {NODES[5]: "small"})
+    _jobs(fleet, dict.fromkeys(NODES[:5], "big") | {NODES[5]: "small"})
     for dev in NICS:
         put(fleet, C.NIC_LINK_SPEED.name, 10e9 / 8, instance=NODES[5], device=dev)
         put(fleet, C.NIC_MTU.name, 9000, instance=NODES[5], device=dev)
@@ -456,7 +455,8 @@ def test_prometheus_gives_the_files_audit(tmp_path, served):
     start, end = result.spec.start_time, result.spec.start_time + result.spec.duration
     url = served(path)
     from_server = audit_json("--prometheus", url, "--start", f"{start:.3f}", "--end", f"{end:.3f}")
-    key = (lambda doc: [(f["check"], f["devices"]) for f in doc["configuration"]])
+    def key(doc):
+        return ([(f["check"], f["devices"]) for f in doc["configuration"]])
     assert key(from_server) == key(from_file) and key(from_file)
     # ... and inside the full diagnosis from the server
     full = diagnose("--prometheus", url, "--start", f"{start:.3f}", "--end", f"{end:.3f}", "--format", "json")

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import FIXTURES
 from procs import REPO, http_get, start_exporter, start_prometheus, wait_for
 

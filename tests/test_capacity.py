@@ -2,13 +2,15 @@
 against the physics: the same job simulated again at the advised speed meets the target,
 and below the advised minimum it cannot."""
 
+import argparse
 import json
 
 import numpy as np
 import pytest
 
-from diagnoser.capacity import needed_speed, upgrade_step
-from diagnoser.cli import main as diagnose, parse_count
+from diagnoser.analysis.capacity import needed_speed, upgrade_step
+from diagnoser.cli import main as diagnose
+from diagnoser.cli import parse_count
 from gpunet import contract as C
 from gpunet.simulate.cli import build_parser, spec_from_args
 from gpunet.simulate.conditions import gradient_bytes
@@ -44,7 +46,7 @@ def test_model_size_parsing():
     assert parse_count("10B") == 10e9
     assert parse_count("350M") == 350e6
     assert parse_count("7e9") == 7e9
-    with pytest.raises(Exception):
+    with pytest.raises(argparse.ArgumentTypeError, match="not a count"):
         parse_count("ten")
 
 

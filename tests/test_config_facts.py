@@ -6,12 +6,10 @@ the netlink and ioctl paths."""
 import json
 import logging
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES
 from exporter_harness import Node
 from netns import Netns, why_not_runnable
@@ -266,7 +264,7 @@ def test_a_bond_member_that_vanished_costs_only_itself(node_copy, caplog):
 def test_facts_are_reread_after_the_interval_or_when_a_nic_vanishes(node_copy):
     root = node_copy("roce-mlx5")
     node = Node(root).tick(now=100.0)
-    prio3 = dict(device="ens1f0np0", priority="3")
+    prio3 = {"device": "ens1f0np0", "priority": "3"}
     assert node.value("gpunet_nic_pfc_enabled", **prio3) == 1.0
     path = root / "dcb/ens1f0np0.pfc.json"
     doc = json.loads(path.read_text())

@@ -16,7 +16,6 @@ import sys
 import urllib.parse
 
 import pytest
-
 from procs import REPO, http_get, start_prometheus
 
 DASHBOARDS = REPO / "dashboards"
@@ -86,7 +85,7 @@ def test_dashboards_are_well_formed():
             assert p["id"] not in ids, (name, p["title"])
             ids.add(p["id"])
             g = p["gridPos"]
-            assert 0 <= g["x"] and g["x"] + g["w"] <= 24, (name, p["title"])
+            assert g["x"] >= 0 and g["x"] + g["w"] <= 24, (name, p["title"])
             if p["type"] == "row":
                 continue
             assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, (name, p["title"])
@@ -146,7 +145,7 @@ def test_every_panel_query_parses_and_returns_data_on_some_trace(servers):
     for dash, title, expr in all_exprs():
         q = substitute(expr)
         found = False
-        for trace, url, first, last in servers:
+        for _trace, url, first, last in servers:
             status, doc = query_range(url, q, first, last)
             if status != 200 or doc.get("status") != "success":
                 broken.append(f"{dash} / {title}: {q}\n  -> {doc.get('error')}")

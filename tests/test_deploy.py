@@ -462,7 +462,7 @@ def test_dockerfile_shape():
     froms = [v for k, v in ins if k == "FROM"]
     assert froms and all(f.startswith("python:3.11-slim") for f in froms)
     final = ins[max(i for i, (k, _) in enumerate(ins) if k == "FROM"):]
-    get = {k: v for k, v in final}
+    get = dict(final)
     user = get["USER"].split(":")[0]
     assert user not in ("root", "0")
     assert get["EXPOSE"] == str(DEFAULT_PORT)
@@ -481,7 +481,7 @@ def test_dockerfile_healthcheck_against_a_running_exporter(tmp_path):
 
     from procs import start_exporter
 
-    cmd = json.loads({k: v for k, v in dockerfile_instructions()}["HEALTHCHECK"].split(" CMD ", 1)[1])
+    cmd = json.loads(dict(dockerfile_instructions())["HEALTHCHECK"].split(" CMD ", 1)[1])
     assert cmd[0] == "python"
     proc, url = start_exporter(tmp_path, "--root", str(REPO / "tests/fixtures/nodes/roce-mlx5"))
     port = url.rsplit(":", 1)[1]
@@ -528,6 +528,50 @@ def test_dockerfile_build_context_is_enough(tmp_path):
     assert any(n.endswith("entry_points.txt") for n in names)
 
 
+# The image installs the base dependencies only (`pip install .`): the exporter must import
+# and run without the diagnoser's, which are the "diagnoser" extra.
+DIAGNOSER_ONLY = ("numpy", "pandas", "sklearn", "scipy")
+BLOCK_DIAGNOSER_ONLY = f"""
+import sys
+assert not set(sys.modules) & set({DIAGNOSER_ONLY!r}), "imported before the blocker"
+
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {DIAGNOSER_ONLY!r}:
+            raise ImportError(f"{{name}} is blocked: not a base dependency")
+        return None
+
+sys.meta_path.insert(0, Blocked())
+"""
+
+
+def test_the_exporter_runs_without_the_diagnoser_dependencies():
+    run_cli = BLOCK_DIAGNOSER_ONLY + ("import runpy\nsys.argv[0] = 'gpunet-exporter'\n"
+                                      "runpy.run_module('exporter.cli', run_name='__main__')\n")
+    fixture = REPO / "tests/fixtures/nodes/h100-8gpu"
+    out = subprocess.run([sys.executable, "-c", run_cli, "--root", str(fixture), "--duration", "0.5", "scrape"],
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert 'gpunet_exporter_collector_up{collector="wire"} 1.0' in out.stdout
+    assert 'gpunet_exporter_collector_up{collector="gpu"} 1.0' in out.stdout
+    # and the blocker does block
+    out = subprocess.run([sys.executable, "-c", BLOCK_DIAGNOSER_ONLY + "import numpy"], capture_output=True,
+                         text=True, timeout=60, cwd=REPO)
+    assert out.returncode != 0 and "numpy is blocked" in out.stderr
+
+
+def test_the_base_dependencies_are_the_exporters():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+    def names(requirements: list[str]) -> set[str]:
+        return {re.match(r"[A-Za-z0-9_.-]+(\[[^]]*\])?", r).group(0).lower() for r in requirements}
+
+    assert not names(project["dependencies"]) & {"numpy", "pandas", "scikit-learn", "scipy"}
+    extras = project["optional-dependencies"]
+    assert names(extras["diagnoser"]) >= {"numpy", "pandas", "scikit-learn", "scipy"}
+    assert "gpunet[diagnoser]" in names(extras["test"])
+
+
 def test_hadolint():
     hadolint = shutil.which("hadolint")
     if not hadolint:
@@ -563,7 +607,7 @@ def test_workload_attribution_component_renders_the_kubelet_mount(tmp_path):
     mounts = {volumes[m["name"]]["hostPath"]["path"]: m for m in c["volumeMounts"] if "hostPath" in volumes[m["name"]]}
     kubelet = mounts["/var/lib/kubelet/pod-resources"]
     assert kubelet["readOnly"] is True
-    assert "/" + DEFAULT_SOCKET == kubelet["mountPath"] + "/kubelet.sock"
+    assert kubelet["mountPath"] + "/kubelet.sock" == "/" + DEFAULT_SOCKET
     assert spec["hostPID"] is True
     assert c["securityContext"]["runAsUser"] == 0
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}

@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from procs import REPO
 
 from diagnoser.evaluate import Score, labels_of
-from procs import REPO
 
 TRACES = sorted((REPO / "replay_data").rglob("*.om.gz"))
 

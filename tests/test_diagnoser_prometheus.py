@@ -2,11 +2,10 @@
 loaded with the same trace: the server-side PromQL path agrees with the file path."""
 
 import json
-import sys
 import shutil
+import sys
 
 import pytest
-
 from test_diagnoser import TRACES, diagnose
 from test_trace_cli import read_samples
 
@@ -88,9 +87,9 @@ def secured(tmp_path):
     import subprocess as sp
 
     import bcrypt
+    from procs import Process, free_port, wait_for
 
     from gpunet.trace_cli import prometheus_command
-    from procs import Process, free_port, wait_for
 
     if shutil.which("openssl") is None:
         pytest.skip("openssl not installed")

@@ -4,11 +4,10 @@ Regenerate after an intended change with `scripts/test --update-goldens -k golde
 review the diff of tests/golden/ like code.
 """
 
-import subprocess
 import shutil
+import subprocess
 
 import pytest
-
 from conftest import FIXTURES, GOLDEN
 from exporter_harness import Node
 

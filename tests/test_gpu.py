@@ -5,10 +5,10 @@ import json
 import time
 
 import pytest
-
-from exporter.readers.nvml import reasons_from_mask
 from exporter_harness import Node
 from test_fixture_nodes import ethtool, set_ethtool
+
+from exporter.readers.nvml import reasons_from_mask
 
 STATES = ("paused", "saturated", "active", "quiet")
 
@@ -145,7 +145,6 @@ def test_no_nvidia_driver_reports_down_logs_one_line_and_serves_the_rest():
     import subprocess
 
     import pynvml
-
     from procs import REPO, exporter_command
     try:
         pynvml.nvmlInit()

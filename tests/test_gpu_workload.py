@@ -18,13 +18,14 @@ from concurrent import futures
 
 import grpc
 import pytest
-
-from exporter.cli import make_sampler, parse_args
-from exporter.collectors.gpu_workload import DEFAULT_POD_PATTERN, WorkloadOptions, compile_pod_pattern, pod_workload
-from exporter.readers.podresources import api_pb2, api_pb2_grpc
-from exporter.registry import Registry
 from exporter_harness import Node
 from procs import http_get, start_exporter
+
+from exporter.cli import make_sampler, parse_args
+from exporter.collectors.gpu_workload import pod_workload
+from exporter.readers.podresources import api_pb2, api_pb2_grpc
+from exporter.registry import Registry
+from exporter.workload_options import DEFAULT_POD_PATTERN, WorkloadOptions, compile_pod_pattern
 
 INFO = "gpunet_gpu_workload_info"
 FIELDS = ("gpu", "workload", "source", "namespace", "pod", "container")
@@ -394,9 +395,10 @@ def test_settings_reach_the_collector_from_flags_environment_and_config(tmp_path
 
 
 def test_a_snapshot_keeps_the_workloads_and_no_other_environment(tmp_path):
+    import subprocess
+
     from conftest import FIXTURES
     from procs import REPO, exporter_command
-    import subprocess
 
     out = tmp_path / "snap"
     result = subprocess.run(exporter_command("--root", str(FIXTURES / "h100-jobs"), "snapshot", str(out)), cwd=REPO,

@@ -13,7 +13,6 @@ import subprocess
 import sys
 
 import pytest
-
 from procs import REPO
 
 BASE = REPO / "replay_data" / "pfc_storm.om.gz"

@@ -5,7 +5,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from test_diagnoser import REPO, diagnose
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -7,10 +7,10 @@ import json
 import shutil
 
 import pytest
-
-from diagnoser.evaluate import labels_of
 from procs import REPO
 from test_diagnoser import diagnose
+
+from diagnoser.evaluate import labels_of
 
 MULTI = sorted(t for t in (REPO / "replay_data").glob("jobs*.om.gz"))
 
@@ -126,7 +126,7 @@ def test_unknown_job_is_a_clear_error():
 def test_shared_node_belongs_to_the_job_holding_most_of_its_gpus():
     import pandas as pd
 
-    from diagnoser.jobs import split
+    from diagnoser.analysis.jobs import split
     from diagnoser.sources.replay import frame_from_trace
 
     trace = REPO / "replay_data" / "jobs2_straggler.om.gz"
@@ -145,15 +145,13 @@ def test_shared_node_belongs_to_the_job_holding_most_of_its_gpus():
 
 def _jobs3_with(rewrite):
     """jobs3's frame with its workload rows rewritten, then split and diagnosed per job."""
-    from diagnoser.jobreport import diagnose_jobs
-    from diagnoser.jobs import split
+    from diagnoser.pipeline import diagnose_frame
     from diagnoser.sources.replay import frame_from_trace
 
     trace = REPO / "replay_data" / "jobs3.om.gz"
     frame = frame_from_trace(trace)
     frame.workloads = rewrite(frame.workloads)
-    jobs = split(frame)
-    return diagnose_jobs(frame, jobs, [])[1], labels_of(trace)
+    return diagnose_frame(frame).to_dict(), labels_of(trace)
 
 
 @pytest.mark.parametrize("fallback", ["command name", "pod uid"])
@@ -163,9 +161,8 @@ def test_exporter_fallback_names_are_not_jobs(fallback):
     # by behaviour exactly as with no workload information at all.
     import pandas as pd
 
-    from diagnoser.frame import WORKLOAD_COLUMNS
-    from diagnoser.jobreport import diagnose_jobs
-    from diagnoser.jobs import split
+    from diagnoser.model.columns import WORKLOAD_COLUMNS
+    from diagnoser.pipeline import diagnose_frame
     from diagnoser.sources.replay import frame_from_trace
 
     trace = REPO / "replay_data" / "jobs3_no_workload_info.om.gz"
@@ -175,7 +172,7 @@ def test_exporter_fallback_names_are_not_jobs(fallback):
              "process" if fallback == "command name" else "kubernetes", "", float(w))
             for i in frame.instances for w in frame.windows]
     frame.workloads = pd.DataFrame(rows, columns=WORKLOAD_COLUMNS)
-    doc = diagnose_jobs(frame, split(frame), [])[1]
+    doc = diagnose_frame(frame).to_dict()
     assert_per_job(doc, labels_of(trace), attributed=False)
 
 

@@ -15,8 +15,8 @@ def nic(device, fabric=True, speed=SPEED):
 
 def feed(load, nics, per_tick):
     """per_tick: list of {device: (tx_ratio, rx_pause_increment)}; returns the last samples."""
-    tx = {d: 0.0 for d in nics}
-    pauses = {d: 0.0 for d in nics}
+    tx = dict.fromkeys(nics, 0.0)
+    pauses = dict.fromkeys(nics, 0.0)
     out = None
     states = []
     for i, step in enumerate([{}] + per_tick):

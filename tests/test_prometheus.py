@@ -5,7 +5,6 @@ import shutil
 import urllib.parse
 
 import pytest
-
 from conftest import FIXTURES
 from procs import http_get, start_exporter, start_prometheus, wait_for
 

@@ -8,16 +8,16 @@ import subprocess
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from conftest import FIXTURES
+from exporter_harness import Node
+from procs import REPO, exporter_command
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
-from conftest import FIXTURES
 from exporter.inventory import InventoryOptions
 from exporter.registry import Registry
 from exporter.root import Root
 from exporter.sampler import Sampler
 from exporter.server import make_app
-from exporter_harness import Node
-from procs import REPO, exporter_command
 
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
                      "version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2")
@@ -62,8 +62,9 @@ async def test_scrapes_never_read_the_machine(client):
     """A scrape renders published samples: without ticks, nothing changes however often it is read."""
     first = await (await client.get("/metrics")).text()
     calls = []
-    original = client.sampler.wire.collect
-    client.sampler.wire.collect = lambda *a: calls.append(a) or original(*a)
+    wire = client.sampler.collector("wire")
+    original = wire.collect
+    wire.collect = lambda *a: calls.append(a) or original(*a)
     bodies = await asyncio.gather(*(client.get("/metrics") for _ in range(50)))
     texts = {await b.text() for b in bodies}
     assert texts == {first} and calls == []
@@ -106,9 +107,8 @@ def test_snapshot_of_the_live_machine_is_a_working_fixture(tmp_path):
 def test_daemon_ticks_on_time_and_stops_on_sigterm(tmp_path):
     import time
 
-    from prometheus_client.parser import text_string_to_metric_families
-
     from procs import http_get, start_exporter
+    from prometheus_client.parser import text_string_to_metric_families
 
     proc, url = start_exporter(tmp_path, "--root", str(FIXTURES / "roce-mlx5"), "--fast-interval", "0.1",
                                "--slow-interval", "0.5")

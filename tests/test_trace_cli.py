@@ -10,9 +10,9 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+from procs import REPO, free_port, http_get
 
 from gpunet.trace import write_series
-from procs import REPO, free_port, http_get
 
 pytestmark = [pytest.mark.prometheus,
               pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,

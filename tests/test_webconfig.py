@@ -13,10 +13,10 @@ import urllib.request
 
 import bcrypt
 import pytest
-
 from conftest import FIXTURES
-from exporter.exposition import MAX_LABEL_VALUE, Renderer, Family
-from procs import Process, exporter_command, free_port, REPO, start_prometheus, wait_for
+from procs import REPO, Process, exporter_command, free_port, start_prometheus, wait_for
+
+from exporter.exposition import MAX_LABEL_VALUE, Family, Renderer
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
 

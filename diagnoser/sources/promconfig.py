@@ -1,4 +1,4 @@
-"""The configuration snapshot (diagnoser/config.py) from a Prometheus HTTP API.
+"""The configuration snapshot (diagnoser/model/netconfig.py) from a Prometheus HTTP API.
 
 One instant query per configuration metric at the window's end, `last_over_time(m[window])`:
 the server picks each series' latest value, so only one value per series comes back
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from diagnoser.config import BUSY, MAX_OVER_WINDOW, METRICS, ConfigSnapshot, snapshot
+from diagnoser.model.netconfig import BUSY, MAX_OVER_WINDOW, METRICS, ConfigSnapshot, snapshot
 from gpunet.promapi import PrometheusClient
 
 

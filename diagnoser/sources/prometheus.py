@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
-from diagnoser.frame import (FINE, NCCL_BUS_BANDWIDTH, NCCL_COLUMNS, NIC_COUNTERS, WORKLOAD_COLUMNS, Frame, assemble,
-                             choose_step, fine_table, nccl_key)
+from diagnoser.model.columns import (
+    COLUMNS,
+    INCREASE,
+    NCCL_BUS_BANDWIDTH,
+    NCCL_COLUMNS,
+    WORKLOAD_COLUMNS,
+    Column,
+    nccl_key,
+)
+from diagnoser.model.frame import FINE, Frame, assemble, choose_step, fine_table
 from diagnoser.sources.promconfig import config_from_prometheus
 from gpunet import contract as c
 from gpunet.promapi import PromError, PrometheusClient
@@ -25,6 +33,8 @@ from gpunet.promapi import PromError, PrometheusClient
 NODE_GROUP = 200  # instances per query: keeps each answer a few MB on a 1000-node cluster
 WINDOWS_PER_QUERY = 120  # time split: windows per range query
 MAX_SUSPECTS = 64
+# The NIC columns read per device for suspect nodes: what localises a culprit NIC.
+NIC_DRILL_DOWN = ("speed", "up", "pfc_", "rdma_loss", "carrier_changes", "tx_bytes", "rx_bytes")
 
 
 # Every increase() is kept only where its series existed a window earlier: at a series'
@@ -36,6 +46,19 @@ def _regex_escape(value: str) -> str:
     """A literal inside a PromQL regex inside a PromQL string: the regex escape's backslash
     is itself escaped for the string (`dgx001\\.cluster`)."""
     return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\\\1", value)
+
+
+def _increase(metric: str, selector: str = "$M") -> str:
+    """A counter's increase over the window, kept only where the series existed a window
+    earlier (see above)."""
+    return f"(increase({metric}{{{selector}}}[$S]) and {metric}{{{selector}}} offset $S)"
+
+
+def _nic_expr(col: Column, labels: tuple[str, ...]) -> str:
+    """One NIC column per device: the increase of a counter, the mean or minimum of a gauge."""
+    if col.how == INCREASE:
+        return f"sum by ({', '.join(labels)}) ({_increase(col.metric)})"
+    return f"{'avg' if col.how == 'mean' else 'min'}_over_time({col.metric}{{$M}}[$S])"
 
 
 class _Queries:
@@ -65,7 +88,7 @@ class _Queries:
         out: dict[tuple, np.ndarray] = {}
         for result in await asyncio.gather(*jobs):
             for series in result.get("result", []):
-                key = tuple(series["metric"].get(l, "") for l in labels)
+                key = tuple(series["metric"].get(label, "") for label in labels)
                 row = out.setdefault(key, np.full(len(windows), np.nan))
                 for t, value in series.get("values", []):
                     i = index.get(round(float(t), 3))
@@ -119,39 +142,36 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         return f"({inner}) * on (instance, device) group_left () ({fabric})" if keep else \
             f"({inner}) unless on (instance, device) ({fabric})"
 
-    node_queries: dict[str, tuple[str, tuple[str, ...]]] = {
-        "busy": (f"sum by (instance) ((increase({c.GPU_BUSY_SECONDS.name}{{$M}}[$S]) and {c.GPU_BUSY_SECONDS.name}{{$M}} offset $S))", ("instance",)),
-        "idle": (f"sum by (instance, network_state) ((increase({c.GPU_IDLE_SECONDS.name}{{$M}}[$S]) and {c.GPU_IDLE_SECONDS.name}{{$M}} offset $S))",
-                 ("instance", "network_state")),
-        "throttled": (f"sum by (instance) (max by (instance, gpu) "
-                      f"((increase({c.GPU_THROTTLED_SECONDS.name}{{$M}}[$S]) and {c.GPU_THROTTLED_SECONDS.name}{{$M}} offset $S)))", ("instance",)),
+    # Every counter column of the mapping, summed per node on the server (NIC counters over
+    # the node's fabric NICs), then the columns that need a rule of their own.
+    counters: dict[str, tuple[Column, tuple[str, ...]]] = {}
+    queries: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for col in COLUMNS:
+        if col.how != INCREASE:
+            continue
+        labels = ("instance", col.split_by) if col.split_by else ("instance",)
+        expr = _increase(col.metric)
+        queries[col.metric] = (f"sum by ({', '.join(labels)}) ({on_fabric(expr) if col.table == 'nic' else expr})",
+                               labels)
+        counters[col.metric] = (col, labels)
+    queries |= {
+        "throttled": (f"sum by (instance) (max by (instance, gpu) ({_increase(c.GPU_THROTTLED_SECONDS.name)}))",
+                      ("instance",)),
         "gpus": (f"count by (instance) (last_over_time({c.GPU_BUSY_SECONDS.name}{{$M}}[$S]))", ("instance",)),
         "sm_clock": (f"avg by (instance) (avg_over_time({c.GPU_SM_CLOCK.name}{{$M}}[$S]))", ("instance",)),
-        "tcp_retrans": (f"sum by (instance) ((increase({c.TCP_RETRANSMITTED.name}{{$M}}[$S]) and {c.TCP_RETRANSMITTED.name}{{$M}} offset $S))", ("instance",)),
-        "tcp_sent": (f"sum by (instance) ((increase({c.TCP_SENT.name}{{$M}}[$S]) and {c.TCP_SENT.name}{{$M}} offset $S))", ("instance",)),
-        "bursts": (f"sum by (instance) ((increase({c.NODE_NETWORK_BURSTS.name}{{$M}}[$S]) and {c.NODE_NETWORK_BURSTS.name}{{$M}} offset $S))", ("instance",)),
-        "state": (f"sum by (instance, network_state) "
-                  f"((increase({c.NODE_NETWORK_STATE_SECONDS.name}{{$M}}[$S]) and {c.NODE_NETWORK_STATE_SECONDS.name}{{$M}} offset $S))", ("instance", "network_state")),
-        "pfc_tx": ("sum by (instance) (" + on_fabric(
-            f'(increase({c.NIC_PFC_PAUSE_FRAMES.name}{{direction="transmit",$M}}[$S]) and {c.NIC_PFC_PAUSE_FRAMES.name}{{direction="transmit",$M}} offset $S)') + ")", ("instance",)),
-        "pfc_rx": ("sum by (instance) (" + on_fabric(
-            f'(increase({c.NIC_PFC_PAUSE_FRAMES.name}{{direction="receive",$M}}[$S]) and {c.NIC_PFC_PAUSE_FRAMES.name}{{direction="receive",$M}} offset $S)') + ")", ("instance",)),
-        "speed": ("sum by (instance) (" + on_fabric(f"avg_over_time({c.NIC_LINK_SPEED.name}{{$M}}[$S])") + ")",
-                  ("instance",)),
+        "capacity": ("sum by (instance) (" + on_fabric(f"avg_over_time({c.NIC_LINK_SPEED.name}{{$M}}[$S])") + ")",
+                     ("instance",)),
         "nics_down": ("count by (instance) ((" + on_fabric(f"min_over_time({c.NIC_UP.name}{{$M}}[$S])") +
                       ") == 0)", ("instance",)),
         "fabric_nics": (f"count by (instance) ({fabric or 'last_over_time(' + c.NIC_UP.name + '{$M}[$S])'})",
                         ("instance",)),
-        "other_bytes": ("sum by (instance) (" + on_fabric(
-            f"(increase({c.NIC_TRANSMIT_BYTES.name}{{$M}}[$S]) and {c.NIC_TRANSMIT_BYTES.name}{{$M}} offset $S)", keep=False) + ")", ("instance",)),
-        "other_speed": ("sum by (instance) (" + on_fabric(
+        "other_bytes": ("sum by (instance) (" + on_fabric(_increase(c.NIC_TRANSMIT_BYTES.name), keep=False) + ")",
+                        ("instance",)),
+        "other_capacity": ("sum by (instance) (" + on_fabric(
             f"avg_over_time({c.NIC_LINK_SPEED.name}{{$M}}[$S])", keep=False) + ")", ("instance",)),
     }
-    for metric, column in NIC_COUNTERS.items():
-        node_queries[column] = ("sum by (instance) (" + on_fabric(f"(increase({metric}{{$M}}[$S]) and {metric}{{$M}} offset $S)") + ")",
-                                ("instance",))
-    names = list(node_queries)
-    results = await asyncio.gather(*(q.by(*node_queries[n]) for n in names))
+    names = list(queries)
+    results = await asyncio.gather(*(q.by(*queries[n]) for n in names))
     progress(f"{client.requests} queries for the node frame")
     answers = dict(zip(names, results))
     nan = np.full(len(windows), np.nan)
@@ -161,17 +181,16 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
             instance = key[0]
             if instance not in node_cols:
                 continue
-            if name in ("idle", "state"):
-                prefix = "idle_" if name == "idle" else "state_"
-                if key[1] in c.NETWORK_STATES:
-                    node_cols[instance][prefix + key[1]] = values
-            elif name == "speed":
-                node_cols[instance]["capacity"] = values * step
-            elif name == "other_speed":
-                node_cols[instance]["other_capacity"] = values * step
+            if name in counters:
+                col, labels = counters[name]
+                column = col.name_for(dict(zip(labels, key)))
+                if column is not None:
+                    node_cols[instance][column] = values
+            elif name in ("capacity", "other_capacity"):  # link speed (bytes/s) x the window
+                node_cols[instance][name] = values * step
             else:
                 node_cols[instance][name] = values
-    has_gpus = bool(answers["busy"])
+    has_gpus = bool(answers[c.GPU_BUSY_SECONDS.name])
     for cols in node_cols.values():
         if "nics_down" not in cols and "capacity" in cols:
             cols["nics_down"] = np.where(np.isfinite(cols["capacity"]), 0.0, np.nan)  # none matched == 0
@@ -185,8 +204,8 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
     fine_step = step / FINE
     fine_windows = np.arange(start, start + len(windows) * step - fine_step * 0.001, fine_step)
     fine_busy, fine_idle = await asyncio.gather(
-        q.by(f"sum((increase({c.GPU_BUSY_SECONDS.name}{{$M}}[$S]) and {c.GPU_BUSY_SECONDS.name}{{$M}} offset $S))", (), step=fine_step, windows=fine_windows),
-        q.by(f"sum by (network_state) ((increase({c.GPU_IDLE_SECONDS.name}{{$M}}[$S]) and {c.GPU_IDLE_SECONDS.name}{{$M}} offset $S))", ("network_state",),
+        q.by(f"sum({_increase(c.GPU_BUSY_SECONDS.name)})", (), step=fine_step, windows=fine_windows),
+        q.by(f"sum by (network_state) ({_increase(c.GPU_IDLE_SECONDS.name)})", ("network_state",),
              step=fine_step, windows=fine_windows))
     fine_cols = {"busy": next(iter(fine_busy.values()), np.full(len(fine_windows), np.nan))}
     for (state,), values in fine_idle.items():
@@ -198,29 +217,22 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
     nic_rows: dict[tuple[str, str], dict[str, np.ndarray]] = {}
     if suspects:
         progress(f"drilling down into the NICs of {len(suspects)} suspect nodes")
-        nic_queries = {
-            "speed": f"avg_over_time({c.NIC_LINK_SPEED.name}{{$M}}[$S])",
-            "up": f"min_over_time({c.NIC_UP.name}{{$M}}[$S])",
-            "pfc_tx": f'sum by (instance, device) ((increase({c.NIC_PFC_PAUSE_FRAMES.name}{{direction="transmit",$M}}[$S]) and {c.NIC_PFC_PAUSE_FRAMES.name}{{direction="transmit",$M}} offset $S))',
-            "pfc_rx": f'sum by (instance, device) ((increase({c.NIC_PFC_PAUSE_FRAMES.name}{{direction="receive",$M}}[$S]) and {c.NIC_PFC_PAUSE_FRAMES.name}{{direction="receive",$M}} offset $S))',
-            "rdma_loss": f"sum by (instance, device) ((increase({c.NIC_RDMA_LOSS_EVENTS.name}{{$M}}[$S]) and {c.NIC_RDMA_LOSS_EVENTS.name}{{$M}} offset $S))",
-            "carrier_changes": f"(increase({c.NIC_CARRIER_CHANGES.name}{{$M}}[$S]) and {c.NIC_CARRIER_CHANGES.name}{{$M}} offset $S)",
-            "tx_bytes": f"(increase({c.NIC_TRANSMIT_BYTES.name}{{$M}}[$S]) and {c.NIC_TRANSMIT_BYTES.name}{{$M}} offset $S)",
-            "rx_bytes": f"(increase({c.NIC_RECEIVE_BYTES.name}{{$M}}[$S]) and {c.NIC_RECEIVE_BYTES.name}{{$M}} offset $S)",
-        }
-        keys = list(nic_queries)
-        per_device = await asyncio.gather(*(q.by(on_fabric(nic_queries[k]), ("instance", "device"), suspects)
-                                            for k in keys))
-        for column, series in zip(keys, per_device):
+        drilled = [col for col in COLUMNS if col.table == "nic" and (col.column in NIC_DRILL_DOWN)]
+        labels_of = {col.metric: ("instance", "device", col.split_by) if col.split_by else ("instance", "device")
+                     for col in drilled}
+        per_device = await asyncio.gather(*(q.by(on_fabric(_nic_expr(col, labels_of[col.metric])),
+                                                 labels_of[col.metric], suspects) for col in drilled))
+        for col, series in zip(drilled, per_device):
             for key, values in series.items():
-                nic_rows.setdefault(key, {"fabric": np.full(len(windows), True)})[column] = values
+                column = col.name_for(dict(zip(labels_of[col.metric], key)))
+                if column is not None:
+                    nic_rows.setdefault(key[:2], {"fabric": np.full(len(windows), True)})[column] = values
     # ... and into the GPUs of throttled nodes.
     throttled = [i for i, cols in node_cols.items() if np.nanmax(cols.get("throttled", [0])) > 0][:MAX_SUSPECTS]
     gpu_rows: dict[tuple[str, str], dict[str, np.ndarray]] = {}
     if throttled:
         per_gpu = await asyncio.gather(*(q.by(expr, ("instance", "gpu"), throttled) for expr in (
-            f"max by (instance, gpu) ((increase({c.GPU_THROTTLED_SECONDS.name}{{$M}}[$S]) and "
-            f"{c.GPU_THROTTLED_SECONDS.name}{{$M}} offset $S))",
+            f"max by (instance, gpu) ({_increase(c.GPU_THROTTLED_SECONDS.name)})",
             f"avg by (instance, gpu) (avg_over_time({c.GPU_SM_CLOCK.name}{{$M}}[$S]))")))
         for column, series in zip(("throttled", "sm_clock"), per_gpu):
             for key, values in series.items():

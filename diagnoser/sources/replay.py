@@ -10,13 +10,16 @@ use are skipped without splitting their lines.
 from __future__ import annotations
 
 import gzip
-import re
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
+
+from diagnoser.model.frame import WANTED, Frame, FrameBuilder, choose_step
+from diagnoser.model.netconfig import SPARSE
+from diagnoser.sources.exposition import parse_series
 
 BLOCK = 1 << 22  # bytes read at a time
 MAX_LINE = 1 << 20  # a "line" longer than this is not a sample: refuse it rather than buffer it
@@ -33,30 +36,6 @@ class RawSeries:
     timestamps: np.ndarray  # seconds
     values: np.ndarray
     line: int = 0  # where its first sample is
-
-
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
-
-
-def parse_series(key: str) -> tuple[str, dict[str, str]]:
-    """'name{a="b",c="d"}' -> ('name', {'a': 'b', 'c': 'd'})."""
-    name, brace, rest = key.partition("{")
-    if not brace:
-        return name, {}
-    if not rest.endswith("}"):
-        raise ValueError("unterminated label set")
-    body, labels, pos = rest[:-1], {}, 0
-    while pos < len(body):
-        m = _LABEL.match(body, pos)
-        if not m or m.end() == pos:
-            raise ValueError(f"malformed labels near {body[pos:pos + 30]!r}")
-        value = m.group(2)
-        if "\\" in value:
-            value = re.sub(r'\\[\\"n]', lambda e: _UNESCAPE[e.group(0)], value)
-        labels[m.group(1)] = value
-        pos = m.end()
-    return name, labels
 
 
 def _open(path: Path):
@@ -346,12 +325,9 @@ def _time_range(path, series: list[RawSeries], note: Callable[[str], None]) -> t
 
 def frame_from_trace(path: str | Path, since: float | None = None, start: float | None = None,
                      end: float | None = None, warn: Callable[[str], None] | None = None,
-                     wanted: set[str] | frozenset[str] | None = None):
+                     wanted: set[str] | frozenset[str] | None = None) -> Frame:
     """The tidy frame of a trace; the window ends at the trace's last sample unless given.
-    `wanted`: read only these families (the audit needs only diagnoser.config.METRICS)."""
-    from diagnoser.config import SPARSE
-    from diagnoser.frame import WANTED, FrameBuilder, choose_step
-
+    `wanted`: read only these families (the audit needs only diagnoser.model.netconfig.METRICS)."""
     warnings: list[str] = []
 
     def note(message: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from exporter.collector_registry import register
 from exporter.readers.bonding import bonds
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
@@ -21,3 +22,7 @@ class BondCollector:
             samples.extend(Sample(BOND_MEMBER_UP, (bond.name, member), 1.0 if up else 0.0)
                            for member, up in bond.members.items())
         return samples
+
+
+register("bond", "slow", lambda setup: BondCollector(setup.root),
+         help="bonds: mode, transmit hash policy, members' MII status")

@@ -3,12 +3,12 @@ Pause frames and wire bytes come from the same source but at the fast tick (wire
 
 from __future__ import annotations
 
+from exporter.collector_registry import register
 from exporter.readers.ethtool import DriverStatsReader
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
 from exporter.vendors import GENERIC, counters_for, pick
-from gpunet.contract import (NIC_PFC_PAUSE_DURATION, NIC_RECEIVE_DISCARDS, NIC_RECEIVE_ERRORS,
-                             NIC_TRANSMIT_DISCARDS)
+from gpunet.contract import NIC_PFC_PAUSE_DURATION, NIC_RECEIVE_DISCARDS, NIC_RECEIVE_ERRORS, NIC_TRANSMIT_DISCARDS
 
 
 class DriverStatsCollector:
@@ -47,3 +47,7 @@ class DriverStatsCollector:
                 if value is not None:
                     samples.append(Sample(metric, labels, value))
         return samples
+
+
+register("driver_stats", "slow", lambda setup: DriverStatsCollector(setup.root),
+         help="driver statistics (ethtool -S): pause durations, discards, errors")

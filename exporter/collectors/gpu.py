@@ -9,56 +9,24 @@ that hangs or is lost costs only its own series.
 
 from __future__ import annotations
 
-import threading
-import time
-
 from exporter.bounded import BoundedCalls, Hung
+from exporter.collector_registry import register
+from exporter.readers.gpus import GpuSource
 from exporter.readers.nvml import GpuActivity, GpuLost
 from exporter.root import SourceError
 from exporter.samples import Sample, TickContext
-from gpunet.contract import (GPU_BUSY_SECONDS, GPU_IDLE_SECONDS, GPU_SM_CLOCK, GPU_THROTTLED_SECONDS, GPU_UP,
-                             GPU_UTILIZATION, NETWORK_STATES, THROTTLE_REASONS)
+from gpunet.contract import (
+    GPU_BUSY_SECONDS,
+    GPU_IDLE_SECONDS,
+    GPU_SM_CLOCK,
+    GPU_THROTTLED_SECONDS,
+    GPU_UP,
+    GPU_UTILIZATION,
+    NETWORK_STATES,
+    THROTTLE_REASONS,
+)
 
-REOPEN_SECONDS = 30.0  # how often to retry NVML when it could not be opened
 GAP_TICKS = 10  # a gap longer than this many ticks (GPU hung, then back) is not integrated
-
-
-class GpuSource:
-    """One opened GPU backend, shared by the fast and the slow GPU collectors."""
-
-    def __init__(self, backend):
-        self.backend = backend
-        self.driver_version: str | None = None
-        self.identities = []
-        self._next_attempt = 0.0
-        self._open_error: SourceError | None = None
-        self._lock = threading.Lock()  # the fast and the slow tick both open it
-
-    def ensure_open(self) -> None:
-        """Open the backend once; on failure raise (collector down) and retry later, with
-        the same error meanwhile so that it is logged once."""
-        if self.driver_version is not None:
-            return
-        with self._lock:
-            self._open_locked()
-
-    def _open_locked(self) -> None:
-        if self.driver_version is not None:
-            return
-        now = time.monotonic()
-        if now < self._next_attempt and self._open_error is not None:
-            raise self._open_error
-        self._next_attempt = now + REOPEN_SECONDS
-        try:
-            driver_version = self.backend.open()
-            self.identities = self.backend.gpus()
-        except SourceError as e:
-            self._open_error = e
-            raise
-        self.driver_version = driver_version
-
-    def close(self) -> None:
-        self.backend.close()
 
 
 class GpuActivityCollector:
@@ -131,3 +99,7 @@ def as_source_error(result: object, index: int) -> SourceError:
     if isinstance(result, GpuLost):
         return result
     return SourceError(f"NVML gpu {index}", repr(result))
+
+
+register("gpu", "fast", lambda setup: GpuActivityCollector(setup.gpus, setup.fast_interval),
+         needs_gpu=True, help="GPU utilization and SM clock; busy, idle (by network_state) and throttled seconds")

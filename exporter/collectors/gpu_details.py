@@ -4,13 +4,26 @@ temperature, memory, PCIe throughput, XID errors, and GPM SM/tensor activity (Ho
 from __future__ import annotations
 
 from exporter.bounded import BoundedCalls
-from exporter.collectors.gpu import GpuSource, as_source_error
+from exporter.collector_registry import register
+from exporter.collectors.gpu import as_source_error
+from exporter.readers.gpus import GpuSource
 from exporter.readers.nvml import GpuDetails
 from exporter.root import SourceError
 from exporter.samples import Sample, TickContext
-from gpunet.contract import (GPU_DRIVER_INFO, GPU_INFO, GPU_MEMORY_TOTAL, GPU_MEMORY_USED, GPU_PCIE_RECEIVE,
-                             GPU_PCIE_TRANSMIT, GPU_POWER, GPU_SM_ACTIVE, GPU_SM_OCCUPANCY, GPU_TEMPERATURE,
-                             GPU_TENSOR_ACTIVE, GPU_XID_ERRORS)
+from gpunet.contract import (
+    GPU_DRIVER_INFO,
+    GPU_INFO,
+    GPU_MEMORY_TOTAL,
+    GPU_MEMORY_USED,
+    GPU_PCIE_RECEIVE,
+    GPU_PCIE_TRANSMIT,
+    GPU_POWER,
+    GPU_SM_ACTIVE,
+    GPU_SM_OCCUPANCY,
+    GPU_TEMPERATURE,
+    GPU_TENSOR_ACTIVE,
+    GPU_XID_ERRORS,
+)
 
 DETAILS = (("power_watts", GPU_POWER), ("temperature_celsius", GPU_TEMPERATURE),
            ("memory_used_bytes", GPU_MEMORY_USED), ("memory_total_bytes", GPU_MEMORY_TOTAL),
@@ -58,3 +71,7 @@ class GpuDetailsCollector:
         elif xids is not None:
             errors.append(as_source_error(xids, -1))
         return samples
+
+
+register("gpu_details", "slow", lambda setup: GpuDetailsCollector(setup.gpus), needs_gpu=True,
+         help="what each GPU is; power, temperature, memory, PCIe throughput, XID errors, GPM activity")

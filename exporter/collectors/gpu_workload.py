@@ -13,64 +13,33 @@ Sources, by precedence: a GPU that an earlier source attributes gets that source
    cgroup or environment -> slurm; kubepods cgroup -> kubernetes with the pod UID; else
    process, with torchrun's run id or the command name.
 
-The sampler runs this collector every ``interval`` seconds (default 10) through
-exporter/refresh.py, so the kubelet is asked no more often than that; in between, the last
-answer and its errors are served. A source not
-configured whose socket or folder is absent is off, silently; one configured (or present)
-that fails is an error naming it, and the other sources' rows are still served.
+Registered with refresh="workload": the sampler runs it every ``interval`` seconds
+(default 10) through exporter/refresh.py, so the kubelet is asked no more often than that;
+in between, the last answer and its errors are served. A source not configured whose
+socket or folder is absent is off, silently; one configured (or present) that fails is an
+error naming it, and the other sources' rows are still served.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import dataclass
 
 from exporter.bounded import BoundedCalls, Hung
-from exporter.collectors.gpu import GpuSource, as_source_error
-from exporter.readers.kubelet import DEFAULT_SOCKET, PodDevice, PodResources
+from exporter.collector_registry import register
+from exporter.collectors.gpu import as_source_error
+from exporter.readers.gpus import GpuSource
+from exporter.readers.kubelet import PodDevice, PodResources, socket_path
 from exporter.readers.processes import owner
-from exporter.readers.slurm_jobs import DEFAULT_DIR, read_jobs
+from exporter.readers.slurm_jobs import jobs_folder, read_jobs
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
+from exporter.workload_options import WorkloadOptions, compile_pod_pattern
 from gpunet.contract import GPU_WORKLOAD_INFO
-
-# Pod name -> job name: the regex's group "workload" (the whole name when it does not match).
-# It strips, from the right and each at most once: a random Job/ReplicaSet pod suffix (5
-# characters of Kubernetes' name alphabet, which has no vowels), a ReplicaSet hash (6-10 of
-# them), an ordinal (StatefulSet, indexed Job, worker-3), and a trainer role (worker, master,
-# launcher, ...). llama-worker-3, llama-master-0, llama-launcher-x7k2p -> llama;
-# web-7d4b9c8f6d-x2k9p -> web; train-0 -> train.
-_ALPHABET = "[bcdfghjklmnpqrstvwxz2456789]"
-ROLES = ("worker", "master", "launcher", "chief", "ps", "evaluator", "driver", "executor", "head", "leader",
-         "scheduler", "server")
-DEFAULT_POD_PATTERN = (rf"^(?P<workload>.+?)(?:-(?:{'|'.join(ROLES)}))?(?:-[0-9]+)?(?:-{_ALPHABET}{{6,10}})?"
-                       rf"(?:-{_ALPHABET}{{5}})?$")
-
-
-def compile_pod_pattern(text: str) -> re.Pattern:
-    """The --workload.pod-pattern regex; ValueError when it is no regex or has no group 'workload'."""
-    try:
-        pattern = re.compile(text)
-    except re.error as e:
-        raise ValueError(f"not a regular expression: {e}") from None
-    if "workload" not in pattern.groupindex:
-        raise ValueError("needs a named group (?P<workload>...)")
-    return pattern
 
 
 def pod_workload(pattern: re.Pattern, pod: str) -> str:
     m = pattern.search(pod)
     return (m.group("workload") if m else None) or pod
-
-
-@dataclass(frozen=True)
-class WorkloadOptions:
-    kubelet_socket: str | None = None  # None: DEFAULT_SOCKET under the root, off when absent
-    slurm_dir: str | None = None  # None: DEFAULT_DIR under the root, off when absent
-    interval: float = 10.0
-    pod_pattern: str = DEFAULT_POD_PATTERN
-    kubelet_timeout: float = 1.0
 
 
 Row = tuple[str, str, str, str, str]  # workload, source, namespace, pod, container
@@ -86,8 +55,8 @@ class GpuWorkloadCollector:
         self.options = options or WorkloadOptions()
         self.pattern = compile_pod_pattern(self.options.pod_pattern)
         self.nvml_timeout = nvml_timeout
-        self.kubelet = PodResources(self.options.kubelet_socket or str(root.path(DEFAULT_SOCKET)))
-        self.slurm_dir = Root(self.options.slurm_dir or root.path(DEFAULT_DIR))
+        self.kubelet = PodResources(socket_path(root, self.options.kubelet_socket))
+        self.slurm_dir = jobs_folder(root, self.options.slurm_dir)
         self.nvml_calls = BoundedCalls("gpunet-nvml-workload")
         self.kubelet_calls = BoundedCalls("gpunet-kubelet")
 
@@ -110,7 +79,7 @@ class GpuWorkloadCollector:
             if isinstance(result, tuple):
                 procs, migs = result
                 pids[i] = [p.pid for p in procs]
-                by_id.update({m: i for m in migs})
+                by_id.update(dict.fromkeys(migs, i))
             else:
                 errors.append(as_source_error(result, i))
         by_id.update({str(i): i for i in indices})
@@ -122,8 +91,7 @@ class GpuWorkloadCollector:
         return samples
 
     def _kubernetes(self, by_id: dict[str, int], errors: list[SourceError]) -> dict[int, set[Row]]:
-        socket = self.kubelet.socket
-        if not os.path.exists(socket):
+        if not self.kubelet.exists():
             if self.options.kubelet_socket is not None:
                 errors.append(SourceError(self.kubelet.where(), "no such socket (--workload.kubelet-socket)"))
             return {}
@@ -177,3 +145,9 @@ class GpuWorkloadCollector:
                 if found is not None:
                     rows.setdefault(gpu, set()).add((found.workload, found.source, "", "", ""))
         return rows
+
+
+register("gpu_workload", "slow",
+         lambda setup: GpuWorkloadCollector(setup.gpus, setup.root, setup.workload),
+         refresh="workload", needs_gpu=True,
+         help="which workload uses each GPU: kubelet, Slurm job folder, the GPU's processes")

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from exporter.collector_registry import register
 from exporter.readers.netdev import NetdevReader
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
-from gpunet.contract import (NIC_CARRIER_CHANGES, NIC_MTU, NIC_NETDEV_RECEIVE_BYTES, NIC_NETDEV_RECEIVE_DROPS,
-                             NIC_NETDEV_RECEIVE_ERRORS, NIC_NETDEV_RECEIVE_PACKETS, NIC_NETDEV_TRANSMIT_BYTES,
-                             NIC_NETDEV_TRANSMIT_DROPS, NIC_NETDEV_TRANSMIT_ERRORS, NIC_NETDEV_TRANSMIT_PACKETS,
-                             NIC_UP)
+from gpunet.contract import (
+    NIC_CARRIER_CHANGES,
+    NIC_MTU,
+    NIC_NETDEV_RECEIVE_BYTES,
+    NIC_NETDEV_RECEIVE_DROPS,
+    NIC_NETDEV_RECEIVE_ERRORS,
+    NIC_NETDEV_RECEIVE_PACKETS,
+    NIC_NETDEV_TRANSMIT_BYTES,
+    NIC_NETDEV_TRANSMIT_DROPS,
+    NIC_NETDEV_TRANSMIT_ERRORS,
+    NIC_NETDEV_TRANSMIT_PACKETS,
+    NIC_UP,
+)
 
 STATS = (("rx_bytes", NIC_NETDEV_RECEIVE_BYTES), ("tx_bytes", NIC_NETDEV_TRANSMIT_BYTES),
          ("rx_packets", NIC_NETDEV_RECEIVE_PACKETS), ("tx_packets", NIC_NETDEV_TRANSMIT_PACKETS),
@@ -39,3 +49,7 @@ class NetdevCollector:
                 if stat in link.stats:
                     samples.append(Sample(metric, labels, link.stats[stat]))
         return samples
+
+
+register("netdev", "slow", lambda setup: NetdevCollector(setup.root),
+         help="link state, carrier changes, MTU and kernel statistics of each netdev")

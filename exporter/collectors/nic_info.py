@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from exporter.collector_registry import register
 from exporter.root import SourceError
 from exporter.samples import Sample, TickContext
 from gpunet.contract import NIC_FABRIC, NIC_INFO, NIC_LINK_SPEED, NIC_UP
@@ -23,3 +24,7 @@ class NicInfoCollector:
                 # An RDMA port without netdev has no operstate; its port state says it.
                 samples.append(Sample(NIC_UP, (nic.device,), 1.0 if nic.rdma.state == "ACTIVE" else 0.0))
         return samples
+
+
+register("nic_info", "slow", lambda setup: NicInfoCollector(),
+         help="what each NIC port is (driver, link layer, NUMA node, PCI address), its link speed, fabric")

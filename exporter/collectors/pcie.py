@@ -3,13 +3,21 @@ supports (a NIC at x8 of x16, or at Gen3 in a Gen4 slot, halves its bandwidth)."
 
 from __future__ import annotations
 
-from exporter.collectors.gpu import GpuSource
-from exporter.readers.pci import PcieLink, pcie_link
-from exporter.readers.rdma import IB
+from exporter.collector_registry import register
+from exporter.readers.gpus import GpuSource
+from exporter.readers.pci import PcieLink, address_pcie_link, netdev_pcie_link, rdma_pcie_link
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
-from gpunet.contract import (GPU_PCIE_CURRENT_SPEED, GPU_PCIE_CURRENT_WIDTH, GPU_PCIE_MAX_SPEED, GPU_PCIE_MAX_WIDTH,
-                             NIC_PCIE_CURRENT_SPEED, NIC_PCIE_CURRENT_WIDTH, NIC_PCIE_MAX_SPEED, NIC_PCIE_MAX_WIDTH)
+from gpunet.contract import (
+    GPU_PCIE_CURRENT_SPEED,
+    GPU_PCIE_CURRENT_WIDTH,
+    GPU_PCIE_MAX_SPEED,
+    GPU_PCIE_MAX_WIDTH,
+    NIC_PCIE_CURRENT_SPEED,
+    NIC_PCIE_CURRENT_WIDTH,
+    NIC_PCIE_MAX_SPEED,
+    NIC_PCIE_MAX_WIDTH,
+)
 
 NIC_METRICS = (NIC_PCIE_CURRENT_SPEED, NIC_PCIE_MAX_SPEED, NIC_PCIE_CURRENT_WIDTH, NIC_PCIE_MAX_WIDTH)
 GPU_METRICS = (GPU_PCIE_CURRENT_SPEED, GPU_PCIE_MAX_SPEED, GPU_PCIE_CURRENT_WIDTH, GPU_PCIE_MAX_WIDTH)
@@ -22,22 +30,30 @@ class PcieCollector:
         self.root = root
         self.gpus = gpus
 
+    def refresh_key(self) -> tuple[str, ...]:
+        """Besides the NICs, what forces a fresh read when it changes: the GPUs' addresses."""
+        return tuple(g.pci_address for g in self.gpus.identities) if self.gpus is not None else ()
+
     def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
         samples = []
         for nic in ctx.nics.values():
             if nic.netdev:
-                function_dir = f"sys/class/net/{nic.netdev}/device"
+                link = netdev_pcie_link(self.root, nic.netdev, errors)
             elif nic.rdma is not None:
-                function_dir = f"{IB}/{nic.rdma.device}/device"
+                link = rdma_pcie_link(self.root, nic.rdma.device, errors)
             else:
                 continue
-            samples.extend(_samples(NIC_METRICS, nic.device, pcie_link(self.root, function_dir, errors)))
+            samples.extend(_samples(NIC_METRICS, nic.device, link))
         for gpu in self.gpus.identities if self.gpus is not None else []:
             if gpu.pci_address:
-                link = pcie_link(self.root, f"sys/bus/pci/devices/{gpu.pci_address}", errors)
+                link = address_pcie_link(self.root, gpu.pci_address, errors)
                 samples.extend(_samples(GPU_METRICS, str(gpu.index), link))
         return samples
 
 
 def _samples(metrics, label: str, link: PcieLink) -> list[Sample]:
     return [Sample(metric, (label,), float(value)) for metric, value in zip(metrics, link) if value is not None]
+
+
+register("pcie", "slow", lambda setup: PcieCollector(setup.root, setup.gpus), refresh="config",
+         help="PCIe links of the NICs and GPUs: speed and width trained and the most supported")

@@ -1,11 +1,13 @@
 """NIC QoS configuration: PFC per priority, 802.3x pause, trust (pcp/dscp) and RoCE
-congestion control (ECN) per priority and point. Facts that change rarely: the sampler
-runs this collector through exporter.refresh.Refreshed."""
+congestion control (ECN) per priority and point. Facts that change rarely: registered with
+refresh="config", the sampler runs it every --config-interval (exporter/refresh.py)."""
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
+from exporter.collector_registry import register
 from exporter.readers.dcb import read_dcb
 from exporter.readers.ethtool import read_pause
 from exporter.readers.roce_cc import ecn_enabled
@@ -50,3 +52,7 @@ def _costs_itself(read: Callable[[], T | None], errors: list[SourceError]) -> T 
     except SourceError as e:
         errors.append(e)
         return None
+
+
+register("qos", "slow", lambda setup: QosCollector(setup.root), refresh="config",
+         help="QoS configuration: PFC per priority, 802.3x pause, trust, ECN")

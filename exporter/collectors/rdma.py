@@ -1,15 +1,24 @@
-"""RDMA port counters from sysfs: ECN marks, CNPs, go-back-N loss events (hw_counters)
+"""RDMA port counters (readers/rdma.py): ECN marks, CNPs, go-back-N loss events (hw_counters)
 and the InfiniBand PortCounters (counters/). Wire bytes are the wire collector's."""
 
 from __future__ import annotations
 
+from exporter.collector_registry import register
 from exporter.readers import rdma as rdma_reader
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
 from exporter.vendors import counters_for, pick
-from gpunet.contract import (NIC_CNP_RECEIVED, NIC_CNP_SENT, NIC_ECN_MARKED, NIC_LINK_DOWNED,
-                             NIC_RDMA_LOSS_EVENTS, NIC_RDMA_OUT_OF_BUFFER, NIC_RECEIVE_DISCARDS,
-                             NIC_RECEIVE_ERRORS, NIC_TRANSMIT_DISCARDS)
+from gpunet.contract import (
+    NIC_CNP_RECEIVED,
+    NIC_CNP_SENT,
+    NIC_ECN_MARKED,
+    NIC_LINK_DOWNED,
+    NIC_RDMA_LOSS_EVENTS,
+    NIC_RDMA_OUT_OF_BUFFER,
+    NIC_RECEIVE_DISCARDS,
+    NIC_RECEIVE_ERRORS,
+    NIC_TRANSMIT_DISCARDS,
+)
 
 # InfiniBand PortCounters, the same on every HCA. On Ethernet ports the driver's own
 # statistics say these things better, so they are read on InfiniBand ports only.
@@ -31,7 +40,8 @@ class RdmaCollector:
                 continue
             labels = (nic.device,)
             table = counters_for(nic.driver, nic.rdma.device)
-            hw = rdma_reader.read_counters(self.root, nic.rdma, "hw_counters", table.hw_counter_names(), errors)
+            hw = rdma_reader.read_counters(self.root, nic.rdma, rdma_reader.HW_COUNTERS, table.hw_counter_names(),
+                                           errors)
             for names, metric in ((table.ecn_marked, NIC_ECN_MARKED), (table.cnp_sent, NIC_CNP_SENT),
                                   (table.cnp_received, NIC_CNP_RECEIVED),
                                   (table.out_of_buffer, NIC_RDMA_OUT_OF_BUFFER)):
@@ -44,8 +54,12 @@ class RdmaCollector:
                     samples.append(Sample(NIC_RDMA_LOSS_EVENTS, (nic.device, kind), value, table.hw_counter_wrap))
             if nic.link_layer == "InfiniBand":
                 names = tuple(n for n, _ in IB_PORT_COUNTERS)
-                pc = rdma_reader.read_counters(self.root, nic.rdma, "counters", names, errors)
+                pc = rdma_reader.read_counters(self.root, nic.rdma, rdma_reader.PORT_COUNTERS, names, errors)
                 for name, metric in IB_PORT_COUNTERS:
                     if name in pc:
                         samples.append(Sample(metric, labels, pc[name]))  # PortCounters saturate, never wrap
         return samples
+
+
+register("rdma", "slow", lambda setup: RdmaCollector(setup.root),
+         help="RDMA port counters: ECN marks, CNPs, loss events, out-of-buffer, InfiniBand PortCounters")

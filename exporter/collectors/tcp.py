@@ -1,8 +1,9 @@
-"""TCP segments and retransmits of the node, from /proc/net/snmp and /proc/net/netstat."""
+"""TCP segments and retransmits of the node (readers/procfs.py: the snmp and netstat tables)."""
 
 from __future__ import annotations
 
-from exporter.readers.procfs import PartialTable, read_snmp_table
+from exporter.collector_registry import register
+from exporter.readers.procfs import PartialTable, read_netstat, read_snmp
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
 from gpunet.contract import TCP_RECEIVED, TCP_RETRANSMITTED, TCP_SENT, TCP_TIMEOUTS
@@ -20,9 +21,9 @@ class TcpCollector:
 
     def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
         samples = []
-        for rel, fields in (("proc/net/snmp", SNMP_FIELDS), ("proc/net/netstat", NETSTAT_FIELDS)):
+        for read, fields in ((read_snmp, SNMP_FIELDS), (read_netstat, NETSTAT_FIELDS)):
             try:
-                table = read_snmp_table(self.root, rel)
+                table = read(self.root)
             except PartialTable as e:
                 errors.append(e)
                 table = e.table
@@ -34,3 +35,7 @@ class TcpCollector:
                 if value is not None:
                     samples.append(Sample(metric, (), value))
         return samples
+
+
+register("tcp", "slow", lambda setup: TcpCollector(setup.root),
+         help="the node's TCP segments, retransmits and timeouts")

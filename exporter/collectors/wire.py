@@ -12,6 +12,7 @@ node's network_state needs them at the fast tick.
 
 from __future__ import annotations
 
+from exporter.collector_registry import register
 from exporter.inventory import Nic
 from exporter.readers import rdma as rdma_reader
 from exporter.readers.ethtool import DriverStatsReader
@@ -40,7 +41,7 @@ class WireCollector:
 
     def _choose_source(self, nic: Nic, errors: list[SourceError]) -> str:
         if nic.rdma is not None and (nic.link_layer == "InfiniBand" or not nic.netdev):
-            if self.root.exists(f"{nic.rdma.base}/counters_ext/port_xmit_data_64"):
+            if rdma_reader.has_extended_counters(self.root, nic.rdma):
                 return "ib_ext"
             return "ib"
         table = counters_for(nic.driver)
@@ -101,17 +102,26 @@ class WireCollector:
     def _from_ib(self, nic: Nic, source: str, samples: list[Sample], errors: list[SourceError]) -> None:
         assert nic.rdma is not None
         if source == "ib_ext":
-            group, names = "counters_ext", ("port_rcv_data_64", "port_xmit_data_64")
+            group, names = rdma_reader.EXTENDED_COUNTERS, ("port_rcv_data_64", "port_xmit_data_64")
         else:
             # 64-bit on current kernels and HCAs (extended PortCounters behind the same name).
-            group, names = "counters", ("port_rcv_data", "port_xmit_data")
+            group, names = rdma_reader.PORT_COUNTERS, ("port_rcv_data", "port_xmit_data")
         values = rdma_reader.read_counters(self.root, nic.rdma, group, names, errors)
         for name, metric in zip(names, (NIC_RECEIVE_BYTES, NIC_TRANSMIT_BYTES)):
             if name not in values:
                 continue
-            if values[name] == SATURATED_32 and group == "counters":
+            if values[name] == SATURATED_32 and group == rdma_reader.PORT_COUNTERS:
                 # An HCA without extended counters: the 32-bit counter stopped at its top
                 # and no longer moves. Say so; the value is kept but its rate will read 0.
-                errors.append(SourceError(f"{nic.rdma.base}/{group}/{name}",
+                errors.append(SourceError(rdma_reader.counter_path(nic.rdma, group, name),
                                           "32-bit counter saturated at 4294967295 (no extended counters)"))
             samples.append(Sample(metric, (nic.device,), values[name] * IB_DATA_UNIT))
+
+
+# Registered like the others, but the sampler runs it first in each fast tick: link_load.py
+# derives saturated seconds and the node's network_state from its samples, and the GPU
+# collector splits idle time by that state. Turned off, there are no link_load series and
+# GPU idle time is all counted as "quiet".
+register("wire", "fast", lambda setup: WireCollector(setup.root), feeds_link_load=True,
+         help="bytes on each NIC's wire (RDMA included) and pause frames, from which saturated seconds and "
+              "network_state are derived; off, neither is exported and GPU idle time all counts as 'quiet'")

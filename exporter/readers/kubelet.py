@@ -9,10 +9,11 @@ NVML indices. The stubs are generated from podresources/api.proto.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
-from exporter.root import SourceError
+from exporter.root import Root, SourceError
 
 DEFAULT_SOCKET = "var/lib/kubelet/pod-resources/kubelet.sock"  # under --root
 GPU_RESOURCE = re.compile(r"^nvidia\.com/(gpu|mig-.+)$")
@@ -27,6 +28,11 @@ class PodDevice:
     device_id: str
 
 
+def socket_path(root: Root, configured: str | None) -> str:
+    """The socket to ask: the one configured (a path on this machine), else DEFAULT_SOCKET under the root."""
+    return configured or str(root.path(DEFAULT_SOCKET))
+
+
 class PodResources:
     """One channel to the kubelet, opened on first use and again after a failure (so a
     restarted kubelet is reached at once instead of after gRPC's reconnect backoff)."""
@@ -35,6 +41,10 @@ class PodResources:
         self.socket = socket
         self._channel = None
         self._stub = None
+
+    def exists(self) -> bool:
+        """Whether the socket is there (no kubelet, or not mounted into the container: absent)."""
+        return os.path.exists(self.socket)
 
     def where(self) -> str:
         return f"kubelet PodResources {self.socket}"

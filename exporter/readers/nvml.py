@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from exporter.readers.pci import PCI_DEVICES
 from exporter.root import Root, SourceError
 
 # Clock-event reasons (nvmlClocksEventReason*). Only these slow the GPU down; idle,
@@ -258,7 +259,7 @@ class NvmlGpus:
             try:
                 numa = str(pynvml.nvmlDeviceGetNumaNodeId(handle))
             except Exception:  # noqa: BLE001 - older drivers: ask sysfs
-                numa = self.root.read_optional_str(f"sys/bus/pci/devices/{pci}/numa_node") or ""
+                numa = self.root.read_optional_str(f"{PCI_DEVICES}/{pci}/numa_node") or ""
                 numa = numa if numa.isdigit() else ""
             ident = GpuIdentity(i, _text(pynvml.nvmlDeviceGetUUID(handle)), _text(pynvml.nvmlDeviceGetName(handle)),
                                 pci, numa)

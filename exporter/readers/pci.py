@@ -13,8 +13,11 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from exporter.readers.netdev import NET
+from exporter.readers.rdma import IB
 from exporter.root import Root, SourceError
 
+PCI_DEVICES = "sys/bus/pci/devices"
 SPEED = re.compile(r"(\d+(?:\.\d+)?) GT/s\b")
 NO_LINK_WIDTHS = (0, 255)
 
@@ -33,6 +36,21 @@ def pcie_link(root: Root, function_dir: str, errors: list[SourceError]) -> PcieL
                     _speed(root, f"{function_dir}/max_link_speed", errors),
                     _width(root, f"{function_dir}/current_link_width", errors),
                     _width(root, f"{function_dir}/max_link_width", errors))
+
+
+def netdev_pcie_link(root: Root, netdev: str, errors: list[SourceError]) -> PcieLink:
+    """The link of a netdev's PCI function."""
+    return pcie_link(root, f"{NET}/{netdev}/device", errors)
+
+
+def rdma_pcie_link(root: Root, rdma_device: str, errors: list[SourceError]) -> PcieLink:
+    """The link of an RDMA device's PCI function (an InfiniBand port without a netdev)."""
+    return pcie_link(root, f"{IB}/{rdma_device}/device", errors)
+
+
+def address_pcie_link(root: Root, pci_address: str, errors: list[SourceError]) -> PcieLink:
+    """The link of the PCI function at an address (0000:17:00.0), a GPU's for instance."""
+    return pcie_link(root, f"{PCI_DEVICES}/{pci_address}", errors)
 
 
 def _speed(root: Root, rel: str, errors: list[SourceError]) -> float | None:

@@ -8,6 +8,17 @@ from __future__ import annotations
 
 from exporter.root import Root, SourceError
 
+SNMP = "proc/net/snmp"  # Ip, Icmp, Tcp, Udp, ...
+NETSTAT = "proc/net/netstat"  # TcpExt, IpExt, ...
+
+
+def read_snmp(root: Root) -> dict[str, dict[str, int]]:
+    return read_snmp_table(root, SNMP)
+
+
+def read_netstat(root: Root) -> dict[str, dict[str, int]]:
+    return read_snmp_table(root, NETSTAT)
+
 
 def read_snmp_table(root: Root, rel: str) -> dict[str, dict[str, int]]:
     """{protocol: {field: value}}. A malformed pair of lines is reported with its line

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from exporter.root import Root, SourceError
 
 IB = "sys/class/infiniband"
+# Counter groups: folders of one port.
+PORT_COUNTERS = "counters"  # the InfiniBand PortCounters (on RoCE ports too)
+EXTENDED_COUNTERS = "counters_ext"  # 64-bit data counters, on older kernels
+HW_COUNTERS = "hw_counters"  # the driver's own
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,16 @@ def list_ports(root: Root, errors: list[SourceError], static: dict | None = None
             except SourceError as e:
                 errors.append(e)
     return ports
+
+
+def has_extended_counters(root: Root, port: RdmaPort) -> bool:
+    """Whether the port has the 64-bit data counters of counters_ext/."""
+    return root.exists(f"{port.base}/{EXTENDED_COUNTERS}/port_xmit_data_64")
+
+
+def counter_path(port: RdmaPort, group: str, name: str) -> str:
+    """Where a counter is, under the root: for messages about its value."""
+    return f"{port.base}/{group}/{name}"
 
 
 def read_counters(root: Root, port: RdmaPort, group: str, names: tuple[str, ...],

@@ -31,6 +31,11 @@ class SlurmJob:
     where: str  # file:line of the gpus line, for errors about its values
 
 
+def jobs_folder(root: Root, configured: str | None) -> Root:
+    """The folder to read: the one configured (a path on this machine), else DEFAULT_DIR under the root."""
+    return Root(configured or root.path(DEFAULT_DIR))
+
+
 def read_jobs(folder: Root, errors: list[SourceError]) -> list[SlurmJob]:
     """The jobs in the folder; a malformed file is one error (naming the file and line)
     and costs only its own job."""

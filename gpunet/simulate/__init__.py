@@ -11,8 +11,15 @@ engine (putting it together), output (trace + labels.json), cli, suite (committe
 and evaluation suites), calibrate lives in engine.
 """
 
-from gpunet.simulate.params import (ClusterParams, ConfounderSpec, FabricParams, FaultSpec, JobParams,
-                                    ScrapeParams, SimSpec)
+from gpunet.simulate.params import (
+    ClusterParams,
+    ConfounderSpec,
+    FabricParams,
+    FaultSpec,
+    JobParams,
+    ScrapeParams,
+    SimSpec,
+)
 
 
 def simulate(spec: SimSpec, log=None):

@@ -16,9 +16,21 @@ import time
 
 from gpunet.contract import BOTTLENECK_CLASSES
 from gpunet.simulate.faults import STRENGTH
-from gpunet.simulate.params import (CONFIG_FAULTS, CONFOUNDERS, HOSTNAME_STYLES, ClusterParams, FabricParams, JobParams,
-                                    ScrapeParams, SimSpec, parse_config_fault, parse_confounder, parse_duration, parse_fault,
-                                    parse_speed)
+from gpunet.simulate.params import (
+    CONFIG_FAULTS,
+    CONFOUNDERS,
+    HOSTNAME_STYLES,
+    ClusterParams,
+    FabricParams,
+    JobParams,
+    ScrapeParams,
+    SimSpec,
+    parse_config_fault,
+    parse_confounder,
+    parse_duration,
+    parse_fault,
+    parse_speed,
+)
 
 FAULT_HELP = "; ".join(f"{c}: strength = {STRENGTH[c][2]}" for c in BOTTLENECK_CLASSES)
 VARIANTS = ("network_congestion: no_ecn; pfc_storm: -; packet_loss: fabric (non-localised; over --transport tcp "

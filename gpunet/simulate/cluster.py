@@ -93,7 +93,7 @@ class Cluster:
     gpus: list[list[GpuDev]]  # per node
 
     @classmethod
-    def build(cls, p: ClusterParams) -> "Cluster":
+    def build(cls, p: ClusterParams) -> Cluster:
         hosts = [hostname(p.hostname_style, i, p.gpu_model) for i in range(p.nodes)]
         return cls(p, hosts, [f"{h}:{p.port}" for h in hosts], rdma_ports(p.nics), mgmt_port(p.mgmt_speed),
                    [gpus(p.gpus, h, p.nics) for h in hosts])

@@ -101,7 +101,7 @@ class Conditions:
     clock: np.ndarray  # (N, G) SM clock / nominal
     trickle: bool  # ranks waiting for a straggler send a trickle (else nothing)
 
-    def copy(self) -> "Conditions":
+    def copy(self) -> Conditions:
         return copy.deepcopy(self)
 
 
@@ -142,7 +142,7 @@ class Timeline:
         self.wire = np.array([r[1] for r in self._rails])  # (S, K) wire bytes/s while it runs
 
     @classmethod
-    def build(cls, spec: SimSpec, base: Conditions, effects: list) -> "Timeline":
+    def build(cls, spec: SimSpec, base: Conditions, effects: list) -> Timeline:
         points = {0.0, spec.duration}
         for e in effects:
             points.update(t for t in e.breakpoints() if 0.0 < t < spec.duration)

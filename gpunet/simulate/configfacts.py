@@ -12,7 +12,7 @@ Config faults change facts only, never the physics: a link speed fault is link_d
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -113,7 +113,7 @@ def numa_of(spec: SimSpec, node: int, port) -> str:
         if x.kind == "nic_numa" and _applies(x, node):
             rails = int(x.params["nics"]) if "nics" in x.params else None
             index = int(port.rdma_device.removeprefix("mlx5_")) if port.rdma_device.startswith("mlx5_") else -1
-            if 0 <= index and (rails is None or index < rails):
+            if index >= 0 and (rails is None or index < rails):
                 numa = x.params.get("numa", "2")
     return numa
 

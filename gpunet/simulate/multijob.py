@@ -71,7 +71,7 @@ def generate(argv: list[str]) -> dict:
     total = sum(len(r.nodes) for _, r in results)
     order = np.random.default_rng([args.seed, 9]).permutation(total)
     k = 0
-    for name, r in results:
+    for _name, r in results:
         r.cluster.instances = [hostname(args.hostname_style, int(order[k + i]), r.spec.cluster.gpu_model) +
                                f":{args.port}" for i in range(len(r.nodes))]
         k += len(r.nodes)
@@ -110,7 +110,7 @@ def write(results: list, out: str, workload_info: bool, namespace: str, compress
             if not any(per_node):
                 continue
             w.family(metric.name, metric.type, metric.help)
-            for (name, r, i, node), series, sfx in zip(nodes, per_node, suffixes):
+            for (_name, r, i, _node), series, sfx in zip(nodes, per_node, suffixes):
                 for labels, values in series:
                     present = ~np.isnan(values)
                     if not present.any():

@@ -22,10 +22,9 @@ from gpunet import contract as C
 from gpunet.simulate import configfacts
 from gpunet.simulate.cluster import Cluster, NicPort
 from gpunet.simulate.conditions import GBN_TAIL, Timeline
-from gpunet.simulate.physics import (QUIET, Schedule, Ticks, gpu_busy_cumulative, network_state,
-                                     piecewise_cumulative)
-from gpunet.simulate.scrape import NodeScrapes, derived_view
 from gpunet.simulate.params import SimSpec
+from gpunet.simulate.physics import QUIET, Schedule, Ticks, gpu_busy_cumulative, network_state, piecewise_cumulative
+from gpunet.simulate.scrape import NodeScrapes, derived_view
 
 COLLECTORS = ("driver_stats", "gpu", "gpu_details", "inventory", "link_load", "netdev", "nic_info", "rdma",
               "tcp", "wire")

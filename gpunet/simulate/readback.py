@@ -66,7 +66,7 @@ def node_summary(series, a: float, b: float) -> dict[str, dict[str, float]]:
     loss events/s, fabric throughput as a share of link speed, throttled share."""
     out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     speeds: dict[tuple[str, str], float] = {}
-    for (name, labels), (ts, vs) in series.items():
+    for (name, labels), (_ts, vs) in series.items():
         if name == "gpunet_nic_link_speed_bytes_per_second":
             d = dict(labels)
             speeds[(d["instance"], d["device"])] = float(np.nanmax(vs))
@@ -99,7 +99,7 @@ def node_summary(series, a: float, b: float) -> dict[str, dict[str, float]]:
                 o["tx_util_max"] = max(o["tx_util_max"], increase(ts, vs, a, b) / span / sp)
         elif name == "gpunet_nic_saturated_seconds_total" and d["device"].startswith("ens"):
             o["sat_s"] = max(o["sat_s"], increase(ts, vs, a, b) / span)
-    for inst, o in out.items():
+    for _inst, o in out.items():
         wall = o["busy"] + sum(v for k, v in o.items() if k.startswith("idle_"))
         if wall:
             for k in list(o):

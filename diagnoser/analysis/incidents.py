@@ -1,29 +1,16 @@
 """Windows into incidents: consecutive windows of one class on the same culprits are one
 incident, with a start, an end, a confidence and the GPU idle seconds it cost. A condition
-that holds for the whole window is one finding, not one per window."""
+that holds for the whole window is one finding, not one per window. Then what the rules'
+records say of incidents: symptoms inside their cause's incident are dropped, and what a
+class calls normal operation (a checkpoint's periodic stalls) is left out with a note."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from diagnoser.analysis.rules import RULES
+from diagnoser.model.findings import Incident, WindowFinding
 
-from diagnoser.classify import WindowFinding
-
-LOCALISED = {"pfc_storm", "packet_loss", "link_degraded", "gpu_throttle", "straggler"}
 MAX_GAP_WINDOWS = 1  # a single quiet window inside an incident does not split it
 MIN_SECONDS = 60.0  # shorter blips (a few retransmits in one 20 s window) are not incidents
-
-
-@dataclass
-class Incident:
-    cls: str
-    start: float
-    end: float
-    nodes: list[str]
-    devices: list[str]
-    confidence: float
-    gpu_idle_seconds: float
-    windows: int
-    evidence: dict = field(default_factory=dict)
 
 
 def merge(findings: list[WindowFinding], step: float) -> list[Incident]:
@@ -70,7 +57,7 @@ def merge(findings: list[WindowFinding], step: float) -> list[Incident]:
     incidents = [i for i in incidents if i.end - i.start >= MIN_SECONDS - 1e-6]
     for incident in incidents:
         incident.evidence.pop("_peak_idle", None)
-        if incident.cls not in LOCALISED:
+        if not RULES[incident.cls].localised:
             incident.nodes = []
     return sorted(incidents, key=lambda i: -i.gpu_idle_seconds if i.gpu_idle_seconds == i.gpu_idle_seconds else 0)
 
@@ -79,36 +66,31 @@ def _num(x) -> float:
     return float(x) if x is not None and x == x else 0.0
 
 
-def periodic_stalls(incidents: list[Incident], step: float) -> tuple[list[Incident], list[Incident]]:
-    """Split out brief quiet stalls that recur at a regular period: checkpoints (or another
-    scheduled pause), a normal part of training, not a host-bound fault. Returns (kept,
-    stalls)."""
-    short = [i for i in incidents if i.cls == "host_bound" and i.end - i.start <= 2 * step + 1e-6]
-    if len(short) < 3:
-        return incidents, []
-    starts = sorted(i.start for i in short)
-    gaps = [b - a for a, b in zip(starts, starts[1:])]
-    mean = sum(gaps) / len(gaps)
-    spread = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5
-    if mean <= 0 or spread > 0.35 * mean:
-        return incidents, []
-    return [i for i in incidents if i not in short], short
-
-
-# A finding whose signal a root cause produces at its edges (a window half inside a storm
-# shows its pauses without the storm's full rate) is that cause's symptom, not a second one.
-EXPLAINED_BY = {"network_congestion": {"pfc_storm", "packet_loss", "link_degraded"},
-                "straggler": {"gpu_throttle", "link_degraded"},
-                "host_bound": {"link_degraded", "pfc_storm", "packet_loss"},
-                "network_bandwidth": {"link_degraded", "straggler", "gpu_throttle"}}
-
-
 def absorb_symptoms(incidents: list[Incident], step: float) -> list[Incident]:
+    """Drop an incident whose class another incident's class explains (its record's
+    `explains`), where it lies within that incident (give or take one window): a window
+    half inside a storm shows its pauses without the storm's full rate."""
     kept = []
     for a in incidents:
-        causes = EXPLAINED_BY.get(a.cls, set())
-        if any(b.cls in causes and b.start - step <= a.start + 1e-6 and a.end <= b.end + step + 1e-6
+        if any(a.cls in RULES[b.cls].explains and b.start - step <= a.start + 1e-6 and a.end <= b.end + step + 1e-6
                for b in incidents if b is not a):
             continue
         kept.append(a)
     return kept
+
+
+def leave_out_normal(incidents: list[Incident], step: float) -> tuple[list[Incident], list[str]]:
+    """Each class's incident filter (what its record calls normal operation): the incidents
+    kept and a note for each kind left out."""
+    notes = []
+    for record in RULES.values():
+        if record.incident_filter is not None:
+            incidents, note = record.incident_filter(incidents, step)
+            if note:
+                notes.append(note)
+    return incidents, notes
+
+
+def incidents_of(findings: list[WindowFinding], step: float) -> tuple[list[Incident], list[str]]:
+    """Window findings into the incidents to report, and notes on what was left out."""
+    return leave_out_normal(absorb_symptoms(merge(findings, step), step), step)

@@ -24,69 +24,15 @@ bandwidth depends on both.
 
 from __future__ import annotations
 
-import calendar
-import re
-import time
-from pathlib import Path
-
-import numpy as np
 import pandas as pd
 
-from diagnoser.frame import NCCL_BUS_BANDWIDTH as METRIC
-from diagnoser.frame import NCCL_COLUMNS as COLUMNS
-from diagnoser.frame import nccl_key
-from diagnoser.report import REMEDIATION
+from diagnoser.analysis.rules import RULES
+from diagnoser.model.report import Finding
 
 SLOW = 0.7  # a rank at or below 70% of its communicator's median moved its share slowly
 LATE = 1.4  # ... at or above 140%: it arrived late, the others waited for it
 MIN_RANKS = 3  # a median of fewer ranks tells nothing
-LOCAL_CLASSES = ("straggler", "link_degraded", "packet_loss", "gpu_throttle", "pfc_storm")
-_LINE = re.compile(r"^(\S+?\{.*\}|\S+)\s+(\S+)(?:\s+(\S+))?\s*$")
-
-
-def parse(text: str, origin: str = "") -> pd.DataFrame:
-    """The bus-bandwidth samples of one exposition text."""
-    from diagnoser.sources.replay import parse_series
-
-    rows = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.startswith(METRIC):
-            continue
-        m = _LINE.match(line)
-        if not m:
-            raise ValueError(f"{origin}:{lineno}: not an exposition sample: {line[:120]!r}")
-        try:
-            name, labels = parse_series(m.group(1))
-            value = float(m.group(2))
-        except ValueError as e:
-            raise ValueError(f"{origin}:{lineno}: {e}") from None
-        if name != METRIC or not np.isfinite(value):
-            continue
-        when = _when(labels.get("timestamp", ""))
-        if not np.isfinite(when) and m.group(3):
-            when = float(m.group(3)) / 1000.0  # exposition timestamps are milliseconds
-        rows.append((*nccl_key(labels), value, when))
-    return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def _when(text: str) -> float:
-    try:
-        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
-    except ValueError:
-        return float("nan")
-
-
-def read_dumps(paths: list[str]) -> pd.DataFrame:
-    """Samples from dump files, or folders of them (*.prom)."""
-    frames = []
-    for p in map(Path, paths):
-        files = sorted(p.glob("*.prom")) if p.is_dir() else [p]
-        if p.is_dir() and not files:
-            raise ValueError(f"{p}: no .prom files (NCCL_INSPECTOR_PROM_DUMP output) in the folder")
-        for f in files:
-            frames.append(parse(f.read_text(encoding="utf-8", errors="replace"), str(f)))
-    frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
+NCCL_ONLY_CONFIDENCE = 0.5  # a finding on NCCL's figures alone, the node counters silent
 
 
 def outliers(records: pd.DataFrame, start: float, end: float) -> pd.DataFrame:
@@ -115,18 +61,20 @@ def instance_of(host: str, instances: list[str]) -> str | None:
     return None
 
 
-def annotate(doc: dict, records: pd.DataFrame, instances: list[str], start: float, end: float) -> None:
-    """Attach NCCL's evidence to the findings naming the same nodes; where no finding names
-    an outlier, raise one on NCCL's figures alone (the node counters were inconclusive)."""
+def annotate(findings: list[Finding], notes: list[str], records: pd.DataFrame, instances: list[str],
+             start: float, end: float, job_of: dict[str, str] | None = None) -> None:
+    """Attach NCCL's evidence to the localised findings naming the same nodes; where no
+    finding names an outlier, raise one on NCCL's figures alone (the node counters were
+    inconclusive), of the class whose record claims that NCCL signal. `job_of`: instance ->
+    job, where the report is per job."""
     per_host = outliers(records, start, end)
-    notes = doc.setdefault("notes", [])
     if not len(per_host):
         notes.append("NCCL inspector data given, but no communicator had 3 ranks with figures in this window")
         return
     unmatched = [h for h in per_host.index if instance_of(h, instances) is None]
     if unmatched:
         notes.append(f"NCCL: {len(unmatched)} host(s) match no node in the window ({', '.join(unmatched[:3])})")
-    job_of = {i: j["name"] for j in doc.get("jobs", []) for i in j.get("instances", [])}
+    class_of = {r.nccl_signal: r for r in RULES.values() if r.nccl_signal}
     for host, row in per_host.iterrows():
         kind = "late" if row["ratio"] >= LATE else "slow" if row["ratio"] <= SLOW else None
         node = instance_of(host, instances)
@@ -136,24 +84,19 @@ def annotate(doc: dict, records: pd.DataFrame, instances: list[str], start: floa
                   f"median {row['peer_median']:.1f} GB/s: " +
                   ("it enters the collectives late, the others wait in them" if kind == "late"
                    else "it moves its share slowly (its link or transfer path)"))
-        named = [f for f in doc["findings"] if node in f.get("nodes", []) and f["class"] in LOCAL_CLASSES]
+        named = [f for f in findings if node in f.nodes and RULES[f.cls].localised]
         for f in named:
-            f["evidence"].setdefault("nccl_bus_bandwidth", {})[node] = figure
+            f.evidence.setdefault("nccl_bus_bandwidth", {})[node] = figure  # type: ignore[union-attr,index]
         if named:
             continue
-        cls = "straggler" if kind == "late" else "link_degraded"
+        record = class_of[kind]
         times = records.loc[records["host"] == host, "time"].dropna()
         f_start = max(start, float(times.min())) if len(times) else start
         f_end = min(end, float(times.max())) if len(times) else end
         if f_end <= f_start:
             f_start, f_end = start, end
-        finding = {"class": cls, "start": round(f_start, 3), "end": round(f_end, 3), "nodes": [node],
-                   "devices": [], "confidence": 0.5, "gpu_idle_seconds": None,
-                   "evidence": {"nccl_bus_bandwidth": {node: figure},
-                                "from": "NCCL inspector only: the node counters showed no cause"},
-                   "remediation": REMEDIATION[cls]}
-        if job_of:
-            finding = {"job": job_of.get(node, "?"), **finding}
-        doc["findings"].append(finding)
-    if not notes:
-        doc.pop("notes")
+        findings.append(Finding(record.name, record.title, round(f_start, 3), round(f_end, 3), [node], [],
+                                NCCL_ONLY_CONFIDENCE, None,
+                                {"nccl_bus_bandwidth": {node: figure},
+                                 "from": "NCCL inspector only: the node counters showed no cause"},
+                                record.remediation, job=(job_of.get(node, "?") if job_of else None)))

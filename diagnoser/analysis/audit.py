@@ -1,4 +1,4 @@
-"""The configuration audit (issue 8): deployment mistakes that slow or endanger training,
+"""The configuration audit: deployment mistakes that slow or endanger training,
 read from the configuration snapshot (diagnoser/config.py), never from a source.
 
 Each check says beside it why the setting matters physically; its thresholds are named.
@@ -10,12 +10,12 @@ InfiniBand ports skip the Ethernet-only checks (PFC, ECN, trust, 802.3x pause, M
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from diagnoser.config import ConfigSnapshot
+from diagnoser.model.netconfig import ConfigSnapshot
+from diagnoser.model.report import ConfigFinding, Finding
 
 SEVERITIES = ("high", "medium", "low")
 GPU_BUSY_FOR_PCIE = 0.5  # a GPU busy at least half the window should hold its full PCIe speed
@@ -27,19 +27,6 @@ SPEED_PARTITION_SHARE = 0.15  # more nodes than this uniformly slower: a partiti
 FLEET_MIN = 3  # NICs needed before "the fleet's usual value" means anything
 LACP = ("802.3ad", "4")  # /proc/net/bonding spells it "IEEE 802.3ad Dynamic link aggregation", sysfs "802.3ad 4"
 SHOWN = 3  # example details kept per finding
-
-
-@dataclass
-class ConfigFinding:
-    check: str
-    severity: str  # high | medium | low
-    title: str
-    nodes: list[str]
-    devices: dict[str, list[str]]  # node -> its devices (NICs, GPUs, bonds) concerned
-    detail: str  # what was seen, in one line
-    evidence: dict = field(default_factory=dict)
-    why: str = ""  # why it matters for training
-    fix: str = ""
 
 
 # check -> (severity, title, why it matters, what to do). Facts from the reference articles
@@ -178,7 +165,7 @@ class _View:
     """The snapshot as plain dictionaries, with the fabric and RoCE NICs resolved."""
 
     def __init__(self, cfg: ConfigSnapshot):
-        self.nic = {k: r for k, r in cfg.nic.to_dict("index").items()}
+        self.nic = dict(cfg.nic.to_dict("index").items())
         for r in self.nic.values():
             # The exporter's gpunet_nic_fabric where exported, else NICs with an RDMA device.
             r["is_fabric"] = bool(r["fabric"] > 0) if _known(r["fabric"]) else _known(r["rdma_device"])
@@ -241,7 +228,7 @@ def _usual_among_peers(values: dict[tuple, object], job_of: dict[str, str]) -> d
 def check_ecn(v: _View) -> tuple[dict[str, list[Hit]], list[str]]:
     hits: dict[str, list[Hit]] = {"ecn_off_on_pfc_priority": [], "roce_without_pfc_or_ecn": []}
     unknown = 0
-    for key, r in v.roce.items():
+    for key, _r in v.roce.items():
         pfc, ecn = v.pfc.get(key), v.ecn.get(key)
         if pfc is None:
             unknown += 1
@@ -459,3 +446,21 @@ def _finding(check: str, hits: list[Hit]) -> ConfigFinding:
     evidence = {"nodes": len(devices), "devices": len(hits),
                 "seen": [f"{inst} {dev}: {what}" for inst, dev, what in sorted(hits)[:SHOWN]]}
     return ConfigFinding(check, severity, title, sorted(devices), devices, detail, evidence, why, fix)
+
+
+XREF_SHOWN = 4  # configuration facts added to a runtime finding's evidence
+XREF_DEVICES = 4  # devices named per node in it
+
+
+def cross_reference(findings: list[Finding], configuration: list[ConfigFinding]) -> None:
+    """Each runtime finding's culprits' configuration findings, in its evidence: a PFC storm
+    on a node whose ECN is off says so."""
+    for runtime in findings:
+        related = []
+        for node in runtime.nodes:
+            for f in configuration:
+                if node in f.devices:
+                    related.append(f"{node}: {f.check} ({', '.join(f.devices[node][:XREF_DEVICES])})")
+        if related:
+            runtime.evidence["configuration"] = "; ".join(related[:XREF_SHOWN]) + (
+                f"; and {len(related) - XREF_SHOWN} more" if len(related) > XREF_SHOWN else "")

@@ -1,5 +1,5 @@
 """The configuration snapshot: the latest value, in the window, of each configuration fact
-of each node's NICs, GPUs and bonds (issue 8). What diagnoser/audit.py checks.
+of each node's NICs, GPUs and bonds. What diagnoser/analysis/audit.py checks.
 
 Both sources fill it the same way: a source hands over records (metric name, labels,
 value) that are already "the latest in the window" (the trace reader takes the last
@@ -11,12 +11,13 @@ two label sets in the window (it was reconfigured), the fact is unknown, not gue
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
+from diagnoser.model.columns import counter_increase
 from gpunet import contract as c
 
 # name -> (table, column): one value per (instance, device|gpu) in the table.
@@ -106,20 +107,19 @@ def snapshot(records: Iterable[tuple[str, dict[str, str], float]]) -> ConfigSnap
             tables["gpu"].setdefault((instance, labels.get("gpu", "")), {})["busy"] = value
         elif name in FLAGS:
             table, extra = FLAGS[name]
-            key = (instance, labels.get("device", ""), *(labels.get(x, "") for x in extra))
-            tables[table][key] = {"enabled": value}
+            flag_key = (instance, labels.get("device", ""), *(labels.get(x, "") for x in extra))
+            tables[table][flag_key] = {"enabled": value}
         elif name == c.BOND_MEMBER_UP.name:
             tables["bond_member"][(instance, labels.get("bond", ""), labels.get("device", ""))] = {"up": value}
         elif name in INFOS:
-            table, key_label, columns = INFOS[name]
+            key_label, columns = INFOS[name][1:]
             facts = tuple((col, labels.get(label, "")) for col, label in columns.items())
             infos.setdefault((name, instance, labels.get(key_label, "")), set()).add(facts)
     changed = []
-    for (name, instance, key), variants in infos.items():
-        table = INFOS[name][0]
-        row = tables[table].setdefault((instance, key), {})
+    for (name, instance, device), variants in infos.items():
+        row = tables[INFOS[name][0]].setdefault((instance, device), {})
         if len(variants) > 1:  # reconfigured within the window: unknown, not guessed
-            changed.append(f"{name} of {instance} {key}")
+            changed.append(f"{name} of {instance} {device}")
             continue
         for col, value in next(iter(variants)):
             row[col] = None if value == "" or (col == "numa_node" and value == "-1") else value
@@ -153,8 +153,6 @@ class ConfigCollector:
 
     def add(self, name: str, labels: dict[str, str], t: np.ndarray, v: np.ndarray) -> None:
         if name == BUSY:
-            from diagnoser.frame import counter_increase
-
             busy = counter_increase(t, v, np.array([self.start, self.end]))[0]
             self.records.append((name, labels, float(busy / max(self.end - self.start, 1e-9))))
             return

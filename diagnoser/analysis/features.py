@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from diagnoser.frame import FINE, Frame
+from diagnoser.model.frame import FINE, Frame
 
 STATES = ("paused", "saturated", "active", "quiet")
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diagnoser.features import Features
+from diagnoser.analysis.features import Features
 
 UPGRADE_PATH_GBPS = (25, 100, 200, 400, 800)  # per NIC (port), the Ethernet/InfiniBand generations
 TARGET_NETWORK_IDLE = 0.05  # GPU idle spent waiting on saturated links that is worth having
@@ -94,7 +94,6 @@ def advise(features: Features, model: ModelSize | None = None) -> dict | None:
     fabric speed (nothing to size)."""
     frame = features.frame
     n = frame.node
-    step = frame.step
     gpu_time = float(features.node["gpu_time"].sum(min_count=1))
     speed = float(np.nanmedian(frame.fabric_speed_median)) if frame.fabric_speed_median is not None and \
         np.isfinite(frame.fabric_speed_median).any() else float("nan")

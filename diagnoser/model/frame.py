@@ -15,39 +15,27 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from diagnoser.config import METRICS as CONFIG_METRICS, ConfigCollector, ConfigSnapshot, empty_snapshot
+from diagnoser.model.columns import (
+    BY_METRIC,
+    GPU_COLUMNS,
+    NCCL_BUS_BANDWIDTH,
+    NCCL_COLUMNS,
+    NIC_COLUMNS,
+    NIC_SUMMED,
+    NODE_COLUMNS,
+    RUNTIME_METRICS,
+    WORKLOAD_COLUMNS,
+    counter_increase,
+    gauge_stats,
+    nccl_key,
+    reduce,
+)
+from diagnoser.model.netconfig import METRICS as CONFIG_METRICS
+from diagnoser.model.netconfig import ConfigCollector, ConfigSnapshot, empty_snapshot
 from gpunet import contract as c
 
-NODE_COLUMNS = (
-    "gpus", "busy", "idle_paused", "idle_saturated", "idle_active", "idle_quiet", "throttled", "sm_clock",
-    "tx_bytes", "rx_bytes", "capacity", "saturated", "pfc_tx", "pfc_rx", "ecn", "cnp_sent", "cnp_received",
-    "rdma_loss", "discards", "tcp_retrans", "tcp_sent", "carrier_changes", "nics_down",
-    "state_paused", "state_saturated", "state_active", "state_quiet",
-    "other_bytes", "other_capacity",  # NICs outside the training fabric (management, storage)
-    "fabric_nics",
-    "bursts",  # quiet -> busy transitions of the fabric at the exporter's fast tick
-)
-GPU_COLUMNS = ("busy", "idle", "throttled", "sm_clock")
-NIC_COLUMNS = ("fabric", "speed", "up", "tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "ecn",
-               "cnp_sent", "cnp_received", "rdma_loss", "discards", "carrier_changes")
-
-# Which contract series feed which column, and how.
-NIC_COUNTERS = {c.NIC_TRANSMIT_BYTES.name: "tx_bytes", c.NIC_RECEIVE_BYTES.name: "rx_bytes",
-                c.NIC_ECN_MARKED.name: "ecn", c.NIC_CNP_SENT.name: "cnp_sent",
-                c.NIC_CNP_RECEIVED.name: "cnp_received", c.NIC_RDMA_LOSS_EVENTS.name: "rdma_loss",
-                c.NIC_RECEIVE_DISCARDS.name: "discards", c.NIC_CARRIER_CHANGES.name: "carrier_changes",
-                c.NIC_SATURATED_SECONDS.name: "saturated"}
-WANTED = {*NIC_COUNTERS, c.NIC_PFC_PAUSE_FRAMES.name, c.NIC_FABRIC.name, c.NIC_LINK_SPEED.name, c.NIC_UP.name, c.NIC_INFO.name,
-          c.GPU_BUSY_SECONDS.name, c.GPU_IDLE_SECONDS.name, c.GPU_THROTTLED_SECONDS.name, c.GPU_SM_CLOCK.name,
-          c.GPU_INFO.name, c.TCP_RETRANSMITTED.name, c.TCP_SENT.name, c.NODE_NETWORK_STATE_SECONDS.name, c.NODE_NETWORK_BURSTS.name,
-          c.GPU_WORKLOAD_INFO.name}
-WORKLOAD_COLUMNS = ("instance", "gpu", "workload", "source", "namespace", "window")
-# NCCL's inspector plugin, where its dump is scraped too (diagnoser/nccl.py): per rank bus bandwidth.
-NCCL_BUS_BANDWIDTH = "nccl_bus_bandwidth_gbs"
-NCCL_COLUMNS = ("host", "rank", "comm", "collective", "size", "busbw", "time")
-WANTED.add(NCCL_BUS_BANDWIDTH)
-
-WANTED |= CONFIG_METRICS  # configuration facts (diagnoser/config.py), for the audit
+# Everything the diagnoser reads: the runtime columns and the configuration facts (the audit).
+WANTED = RUNTIME_METRICS | CONFIG_METRICS
 
 
 @dataclass
@@ -85,39 +73,6 @@ class Frame:
         return sorted(self.node.index.get_level_values("instance").unique())
 
 
-def counter_increase(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Increase of a counter within each window [edges[i], edges[i+1]).
-
-    A decrease is a reset (the exporter restarted, a driver reloaded): the counter grew by
-    its new value since. Each delta lands in the window of its later sample.
-    """
-    out = np.zeros(len(edges) - 1)
-    if len(t) < 2:
-        return out
-    delta = np.diff(v)
-    reset = delta < 0
-    delta[reset] = v[1:][reset]
-    delta[~np.isfinite(delta)] = 0.0  # NaN/Inf samples carry no information
-    idx = np.searchsorted(edges, t[1:], side="right") - 1
-    ok = (idx >= 0) & (idx < len(out))
-    np.add.at(out, idx[ok], delta[ok])
-    return out
-
-
-def gauge_stats(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, min) of a gauge within each window; NaN where the window holds no sample."""
-    n = len(edges) - 1
-    idx = np.searchsorted(edges, t, side="right") - 1
-    ok = (idx >= 0) & (idx < n) & np.isfinite(v)
-    sums = np.bincount(idx[ok], weights=v[ok], minlength=n)
-    counts = np.bincount(idx[ok], minlength=n)
-    mins = np.full(n, np.inf)
-    np.minimum.at(mins, idx[ok], v[ok])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-    return mean, np.where(counts > 0, mins, np.nan)
-
-
 def _sum_known(rows: np.ndarray) -> np.ndarray:
     """Column sums over rows, NaN where no row knows the value (not 0: unknown is not none)."""
     known = np.isfinite(rows).any(axis=0)
@@ -146,7 +101,7 @@ class FrameBuilder:
             self.edges = np.array([start, end])
         self.n = len(self.edges) - 1
         self.fine_edges = np.linspace(self.edges[0], self.edges[-1], self.n * FINE + 1)
-        self.fine: dict[str, np.ndarray] = {}
+        self.fine: dict[str, dict[str, np.ndarray]] = {}  # "busy" | "idle" -> column -> values
         self.node: dict[str, dict[str, np.ndarray]] = {}
         self.nic: dict[tuple[str, str], dict[str, np.ndarray]] = {}
         self.gpu: dict[tuple[str, str], dict[str, np.ndarray]] = {}
@@ -161,7 +116,7 @@ class FrameBuilder:
         self.workloads: list[tuple] = []
         self.nccl: list[tuple] = []
 
-    def _acc(self, table: dict, key, column: str, values: np.ndarray) -> None:
+    def _acc(self, table: dict, key: object, column: str, values: np.ndarray) -> None:
         row = table.setdefault(key, {})
         if column in row:
             row[column] = row[column] + values
@@ -175,36 +130,32 @@ class FrameBuilder:
         if name in CONFIG_METRICS:
             self.config.add(name, labels, t, v)
         e = self.edges
-        if name in NIC_COUNTERS:
-            self._acc(self.nic, (instance, labels.get("device", "")), NIC_COUNTERS[name], counter_increase(t, v, e))
-        elif name == c.NIC_PFC_PAUSE_FRAMES.name:
-            column = "pfc_tx" if labels.get("direction") == "transmit" else "pfc_rx"
-            self._acc(self.nic, (instance, labels.get("device", "")), column, counter_increase(t, v, e))
-        elif name == c.NIC_LINK_SPEED.name:
-            self.nic.setdefault((instance, labels.get("device", "")), {})["speed"] = gauge_stats(t, v, e)[0]
-        elif name == c.NIC_UP.name:
-            self.nic.setdefault((instance, labels.get("device", "")), {})["up"] = gauge_stats(t, v, e)[1]
+        column = BY_METRIC.get(name)
+        if column is not None:
+            target = column.name_for(labels)
+            if target is None:
+                return
+            values = reduce(column, t, v, e)
+            if column.table == "nic":
+                key = (instance, labels.get("device", ""))
+                if column.how == "increase":
+                    self._acc(self.nic, key, target, values)
+                else:
+                    self.nic.setdefault(key, {})[target] = values
+            elif column.table == "node":
+                self._acc(self.node, instance, target, values)
+            else:  # per GPU: summed per node, kept per GPU, and at the fine grain (sustained vs brief idle)
+                self._acc(self.node, instance, target, values)
+                self._acc(self.gpu, (instance, labels.get("gpu", "")), "busy" if target == "busy" else "idle", values)
+                fine = counter_increase(t, v, self.fine_edges)
+                self._acc(self.fine, "busy" if target == "busy" else "idle", target, fine)
+                self._acc(self.node_fine, instance, target, fine)
+                if target == "busy":
+                    self.gpu_seen.setdefault(instance, set()).add(labels.get("gpu", ""))
         elif name == c.NIC_INFO.name:
             self.nic_info[(instance, labels.get("device", ""))] = labels
         elif name == c.NIC_FABRIC.name:
             self.fabric_flag[(instance, labels.get("device", ""))] = bool(np.nanmax(v) > 0) if len(v) else False
-        elif name == c.GPU_BUSY_SECONDS.name:
-            busy = counter_increase(t, v, e)
-            self._acc(self.node, instance, "busy", busy)
-            self._acc(self.gpu, (instance, labels.get("gpu", "")), "busy", busy)
-            fine_busy = counter_increase(t, v, self.fine_edges)
-            self._acc(self.fine, "busy", "busy", fine_busy)
-            self._acc(self.node_fine, instance, "busy", fine_busy)
-            self.gpu_seen.setdefault(instance, set()).add(labels.get("gpu", ""))
-        elif name == c.GPU_IDLE_SECONDS.name:
-            state = labels.get("network_state", "quiet")
-            if state in c.NETWORK_STATES:
-                idle = counter_increase(t, v, e)
-                self._acc(self.node, instance, f"idle_{state}", idle)
-                self._acc(self.gpu, (instance, labels.get("gpu", "")), "idle", idle)
-                fine_idle = counter_increase(t, v, self.fine_edges)
-                self._acc(self.fine, "idle", f"idle_{state}", fine_idle)
-                self._acc(self.node_fine, instance, f"idle_{state}", fine_idle)
         elif name == c.GPU_THROTTLED_SECONDS.name:
             # Reasons overlap in time: a GPU's throttled time is its busiest reason's.
             key = (instance, labels.get("gpu", ""))
@@ -215,23 +166,12 @@ class FrameBuilder:
             self.sm_clock.setdefault(instance, []).append(clock)
             self.gpu.setdefault((instance, labels.get("gpu", "")), {})["sm_clock"] = clock
         elif name == NCCL_BUS_BANDWIDTH:
-            key = nccl_key(labels)
-            self.nccl.extend((*key, float(value), float(when)) for when, value in zip(t, v))
+            self.nccl.extend((*nccl_key(labels), float(value), float(when)) for when, value in zip(t, v))
         elif name == c.GPU_WORKLOAD_INFO.name:
             mean, _ = gauge_stats(t, v, e)
             for w in self.edges[:-1][np.nan_to_num(mean) > 0]:
                 self.workloads.append((instance, labels.get("gpu", ""), labels.get("workload", ""),
                                        labels.get("source", ""), labels.get("namespace", ""), float(w)))
-        elif name == c.TCP_RETRANSMITTED.name:
-            self._acc(self.node, instance, "tcp_retrans", counter_increase(t, v, e))
-        elif name == c.TCP_SENT.name:
-            self._acc(self.node, instance, "tcp_sent", counter_increase(t, v, e))
-        elif name == c.NODE_NETWORK_BURSTS.name:
-            self._acc(self.node, instance, "bursts", counter_increase(t, v, e))
-        elif name == c.NODE_NETWORK_STATE_SECONDS.name:
-            state = labels.get("network_state", "quiet")
-            if state in c.NETWORK_STATES:
-                self._acc(self.node, instance, f"state_{state}", counter_increase(t, v, e))
 
     def build(self) -> Frame:
         nan = np.full(self.n, np.nan)
@@ -271,14 +211,13 @@ class FrameBuilder:
         for instance in sorted(set(self.node) | {inst for inst, _ in nic_rows}):
             cols = node_cols[instance] = dict(self.node.get(instance, {}))
             cols["gpus"] = np.full(self.n, float(len(self.gpu_seen.get(instance, ()))))
-            fabric = [r for (inst, _), r in nic_rows.items() if inst == instance and r["fabric"][0]]
-            if fabric:
-                for col in ("tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "ecn", "cnp_sent",
-                            "cnp_received", "rdma_loss", "discards", "carrier_changes"):
-                    cols[col] = _sum_known(np.vstack([r[col] for r in fabric]))
-                cols["capacity"] = _sum_known(np.vstack([r["speed"] for r in fabric])) * self.step
-                cols["nics_down"] = np.nansum(np.vstack([r["up"] for r in fabric]) == 0, axis=0).astype(float)
-                cols["fabric_nics"] = np.full(self.n, float(len(fabric)))
+            on_fabric = [r for (inst, _), r in nic_rows.items() if inst == instance and r["fabric"][0]]
+            if on_fabric:
+                for col in NIC_SUMMED:
+                    cols[col] = _sum_known(np.vstack([r[col] for r in on_fabric]))
+                cols["capacity"] = _sum_known(np.vstack([r["speed"] for r in on_fabric])) * self.step
+                cols["nics_down"] = np.nansum(np.vstack([r["up"] for r in on_fabric]) == 0, axis=0).astype(float)
+                cols["fabric_nics"] = np.full(self.n, float(len(on_fabric)))
             other = [r for (inst, _), r in nic_rows.items() if inst == instance and not r["fabric"][0]]
             if other:
                 cols["other_bytes"] = _sum_known(np.vstack([np.fmax(r["tx_bytes"], r["rx_bytes"]) for r in other]))
@@ -299,14 +238,6 @@ class FrameBuilder:
         frame.node_fine = fine_table(self.node_fine, self.fine_edges[:-1])
         frame.config = self.config.build()
         return frame
-
-
-def nccl_key(labels: dict[str, str]) -> tuple[str, str, str, str, str]:
-    """(host, rank, communicator, collective, message size) of an NCCL inspector series: the
-    host that ran the rank (its own label; else the scraped instance's host)."""
-    host = labels.get("hostname") or labels.get("instance", "").rsplit(":", 1)[0]
-    return (host, labels.get("rank", ""), labels.get("comm_id", ""), labels.get("collective", ""),
-            labels.get("message_size", ""))
 
 
 def fine_table(rows: dict[str, dict[str, np.ndarray]], windows: np.ndarray) -> pd.DataFrame:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from diagnoser.frame import FINE, Frame
+from diagnoser.model.frame import FINE, Frame
 from gpunet import contract as c
 
 UNATTRIBUTED = "unattributed"

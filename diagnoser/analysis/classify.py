@@ -1,0 +1,105 @@
+"""Classification: for each window, which bottleneck classes (contract section 4) hold, on
+which nodes, with what evidence.
+
+The rules live one per class in `rules/`; this module builds each window's context (the
+job's baseline, the window's cluster, node and NIC features) and runs the rules in their
+order. A window may hold more than one root cause (an input-pipeline stall while a link
+flaps), but never a symptom beside its cause: the rules read what ran before them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from diagnoser.analysis.features import Features
+from diagnoser.analysis.rules import EXPLAINS, RULES
+from diagnoser.analysis.rules.base import Baseline, Detection, WindowContext, plain
+from diagnoser.model.findings import WindowFinding
+
+BASELINE_QUANTILE = 0.2  # the job's quieter windows: robust to incidents covering most, not all, of the range
+MIN_CONFIDENCE, MAX_CONFIDENCE = 0.05, 0.99
+
+
+def baseline(f: Features) -> Baseline:
+    """The job's own normal: its quieter windows, robust to incidents that cover most but
+    not all of the range."""
+    g = f.cluster
+
+    def q(col: str) -> float:
+        values = g[col].dropna()
+        return float(np.quantile(values, BASELINE_QUANTILE)) if len(values) else float("nan")
+
+    return Baseline(q("idle_frac"), q("idle_saturated_frac"), q("idle_quiet_frac"), q("ecn_per_gb"),
+                    q("retrans_ratio"), q("other_util_median"))
+
+
+def windows(f: Features) -> list[WindowContext]:
+    """The context of every window that holds node features, with its detections empty."""
+    base = baseline(f)
+    node, nic = f.node, f.nic
+    used = None
+    if len(nic):
+        # NICs that ever carried traffic or were ever up: a spare port down all along is not a fault.
+        seen = nic.groupby(level=["instance", "device"]).agg(bytes=("bytes", "sum"), up=("up", "max"))
+        used = seen[(seen["bytes"] > 0) | (seen["up"] > 0)].index
+    speed_median = f.frame.fabric_speed_median
+    gpu = f.frame.gpu
+    out = []
+    for k, (w, g) in enumerate(f.cluster.iterrows()):
+        try:
+            nw = node.xs(w, level="window")
+        except KeyError:
+            continue
+        nicw = _at(nic, w)
+        if used is not None:
+            nicw = nicw.assign(in_use=nicw.index.isin(used))
+        median = float(speed_median[k]) if speed_median is not None and k < len(speed_median) else float("nan")
+        out.append(WindowContext(float(w), g, nw, nicw, base, median, gpu, f.frame.step, {}, EXPLAINS))
+    return out
+
+
+def _at(table: pd.DataFrame, w: float) -> pd.DataFrame:
+    if not len(table):
+        return table
+    try:
+        return table.xs(w, level="window")
+    except KeyError:
+        return table.iloc[0:0].droplevel("window")
+
+
+def classify(f: Features) -> list[WindowFinding]:
+    """Every class's detections in every window, with their cost; then the markers of
+    signals that another class explained (they bridge incidents, see incidents.merge)."""
+    out: list[WindowFinding] = []
+    suppressed: list[WindowFinding] = []
+    for ctx in windows(f):
+        found: list[WindowFinding] = []
+        for name, record in RULES.items():
+            if record.needs_gpu and not ctx.has_gpu:
+                continue
+            detection = record.check(ctx)
+            if detection is None:
+                continue
+            if detection.suppressed_by is not None:
+                suppressed.append(WindowFinding(ctx.window, name, [], [], 0.0, 0.0,
+                                                {"suppressed_by": detection.suppressed_by}))
+                continue
+            ctx.found[name] = detection
+            found.append(_finding(ctx, name, detection))
+        out.extend(found)
+    return out + suppressed
+
+
+def _finding(ctx: WindowContext, name: str, d: Detection) -> WindowFinding:
+    """The window's finding and its cost: GPU idle above the job's baseline; for a condition
+    that lasts the whole range (no baseline below it), at least the idle spent in the state
+    it makes GPUs wait in."""
+    g = ctx.cluster
+    cost = max(ctx.excess, 0.0) * float(g["gpu_time"]) if ctx.has_gpu else float("nan")
+    state = RULES[name].waits_in
+    if ctx.has_gpu and state is not None:
+        cost = max(cost, float(np.nan_to_num(g[f"idle_{state}_frac"])) * float(g["gpu_time"]))
+    confidence = float(np.clip(d.confidence, MIN_CONFIDENCE, MAX_CONFIDENCE))
+    return WindowFinding(ctx.window, name, list(d.nodes), list(d.devices), confidence, cost,
+                         {k: plain(v) for k, v in d.evidence.items()})

@@ -1,0 +1,64 @@
+"""From incidents to what the report holds: typed findings (with their class's title and
+remediation), the window's summary, and what the idle cost."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnoser.analysis.features import Features
+from diagnoser.analysis.rules import rule
+from diagnoser.model.findings import Incident
+from diagnoser.model.report import Cost, Finding, Summary, rounded
+
+SECONDS_PER_HOUR = 3600.0
+SECONDS_PER_DAY = 86400.0
+
+
+def findings_of(incidents: list[Incident], has_gpus: bool, job: str | None = None) -> list[Finding]:
+    """Incidents as findings, with their class's title and remediation (its record)."""
+    out = []
+    for i in incidents:
+        record = rule(i.cls)
+        out.append(Finding(i.cls, record.title, round(i.start, 3), round(i.end, 3), i.nodes, i.devices,
+                           round(i.confidence, 2), round(i.gpu_idle_seconds, 1) if has_gpus else None,
+                           i.evidence, record.remediation, job))
+    return out
+
+
+def summary(features: Features) -> Summary:
+    frame = features.frame
+    g = features.cluster
+    gpus = frame.node["gpus"].groupby(level="instance").max()
+    total = g["gpu_time"].sum(min_count=1)
+    idle = (g["idle_frac"] * g["gpu_time"]).sum(min_count=1)
+    fraction = rounded(idle / total, 4) if total and np.isfinite(total) and total > 0 else None
+    return Summary(round(frame.start, 3), round(frame.end, 3), len(frame.instances),
+                   int(np.nansum(gpus)) if len(gpus) else 0, fraction)
+
+
+def price_findings(findings: list[Finding], price: float | None) -> None:
+    """GPU-hours lost to each finding, and with a price per GPU-hour the money."""
+    for f in findings:
+        if f.gpu_idle_seconds is not None:
+            f.gpu_hours_idle = round(f.gpu_idle_seconds / SECONDS_PER_HOUR, 2)
+            if price is not None:
+                f.cost = round(f.gpu_idle_seconds / SECONDS_PER_HOUR * price, 2)
+
+
+def cost(features: Features, window: Summary, findings: list[Finding], price: float | None = None,
+         currency: str = "") -> Cost | None:
+    """The GPU-hours of the window, those idle and those lost to the findings, so that what
+    a slow network costs can be set against what an upgrade costs; None without GPU time."""
+    gpu_time = float(features.node["gpu_time"].sum(min_count=1))
+    if not np.isfinite(gpu_time) or gpu_time <= 0:
+        return None
+    idle = gpu_time * (window.gpu_idle_fraction or 0.0)
+    lost = min(sum(f.gpu_idle_seconds or 0.0 for f in findings), idle)
+    per_day = SECONDS_PER_DAY / max(window.end - window.start, 1.0)
+    hours = lost / SECONDS_PER_HOUR
+    out = Cost(round(gpu_time / SECONDS_PER_HOUR, 2), round(idle / SECONDS_PER_HOUR, 2), round(hours, 2),
+               round(hours * per_day, 1))
+    if price is not None:
+        out.gpu_hour_price, out.currency = price, currency
+        out.lost, out.lost_per_day = round(hours * price, 2), round(hours * per_day * price, 2)
+    return out

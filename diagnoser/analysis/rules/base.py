@@ -1,0 +1,137 @@
+"""What every bottleneck rule is made of: the record of one class (contract section 4),
+the window it is checked on, and what a check returns.
+
+A rule file (one per class, beside this one) holds the class's thresholds with their
+reasons, its `check`, and one `BottleneckClass` record named `RULE` with everything else
+the project knows about the class. Report, incidents, HTML and NCCL read that record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from diagnoser.model.findings import Incident
+
+# GPU idle above the job's own baseline (its quieter windows) that is worth a finding:
+# the subtle faults on-call must catch add 5 to 8 points of idle.
+EXCESS_IDLE = 0.03
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The job's own normal: its quieter windows (20th percentile of each cluster feature)."""
+    idle_frac: float
+    idle_saturated_frac: float
+    idle_quiet_frac: float
+    ecn_per_gb: float
+    retrans_ratio: float
+    other_util: float
+
+
+@dataclass(frozen=True)
+class Detection:
+    """A rule held in a window: on which nodes and devices, how sure, and the figures."""
+    nodes: list[str]
+    devices: list[str]
+    confidence: float
+    evidence: dict[str, object]
+    # The rule's signal held but another class's finding in the same window explains it:
+    # no finding, only a marker that keeps an incident of this class from being cut in two.
+    suppressed_by: str | None = None
+
+
+@dataclass
+class WindowContext:
+    """One window of one job, as a rule sees it.
+
+    `cluster` is the window's row of cluster features, `node` the nodes' features (index:
+    instance), `nic` the fabric NICs' (index: instance, device; `in_use`: the NIC carried
+    traffic or was up at some time in the whole range). `found` holds the detections of the rules that
+    ran before this one in the same window (the `after` of its record)."""
+    window: float
+    cluster: pd.Series
+    node: pd.DataFrame
+    nic: pd.DataFrame
+    baseline: Baseline
+    fabric_speed_median: float = float("nan")  # all fabric NICs' median speed, bytes/s
+    gpu: pd.DataFrame = field(default_factory=pd.DataFrame)  # per GPU (index: instance, gpu, window) where known
+    step: float = 20.0
+    found: dict[str, Detection] = field(default_factory=dict)
+    # For each class, the classes it produces as symptoms (the records' `explains`).
+    explains: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    @property
+    def has_gpu(self) -> bool:
+        gpu_time = self.cluster.get("gpu_time", np.nan)
+        return bool(gpu_time > 0) if np.isfinite(gpu_time) else False
+
+    @property
+    def excess(self) -> float:
+        """GPU idle above the job's baseline, as a fraction of GPU time (NaN without GPUs)."""
+        return float(self.cluster["idle_frac"] - self.baseline.idle_frac) if self.has_gpu else float("nan")
+
+    @property
+    def impact(self) -> bool:
+        """Whether GPUs wait measurably more than usual (always true without GPU series: the
+        network condition is then reported with its impact unknown)."""
+        return (not self.has_gpu) or self.excess >= EXCESS_IDLE
+
+    def cause_found(self, cls: str) -> str | None:
+        """A class found in this window that produces `cls` as its symptom, if any."""
+        return next((c for c in sorted(self.found) if cls in self.explains.get(c, ())), None)
+
+    def devices(self, nodes: list[str], column: str) -> list[str]:
+        """The NICs of `nodes` that carry most of `column` in this window."""
+        if not len(self.nic) or not nodes or column not in self.nic:
+            return []
+        sub = self.nic[self.nic.index.get_level_values("instance").isin(nodes)][column].fillna(0)
+        if not len(sub) or sub.max() <= 0:
+            return []
+        return sorted({d for (_, d), v in sub.items() if v >= 0.3 * sub.max()})
+
+
+Check = Callable[[WindowContext], Detection | None]
+# (incidents, step) -> (incidents kept, a note on those left out or None)
+IncidentFilter = Callable[[list[Incident], float], tuple[list[Incident], str | None]]
+
+
+@dataclass(frozen=True)
+class BottleneckClass:
+    """Everything the project knows about one bottleneck class."""
+    name: str  # the contract's class name
+    title: str  # for people
+    remediation: str  # what on-call should do
+    check: Check
+    localised: bool  # whether findings name culprit nodes (contract section 4)
+    # The network_state in which the class makes GPUs wait: a finding costs at least the
+    # GPU idle spent in it, even where the condition lasted the whole window (no baseline).
+    waits_in: str | None = None
+    # Classes whose findings this one produces as symptoms at its edges (a window half
+    # inside a storm shows pauses without the storm's full rate): an incident of one of
+    # them inside this class's incident is dropped.
+    explains: frozenset[str] = frozenset()
+    # Rules that must have run in the window before this one (it reads their detections).
+    after: tuple[str, ...] = ()
+    needs_gpu: bool = False  # checked only in windows with GPU series
+    # The per-node feature that shows the class best, and its label: the report's chart of
+    # the culprits against their peers.
+    chart: tuple[str, str] | None = None
+    # What NCCL's per-rank bus bandwidth says of a rank of this class, if it says anything:
+    # "slow" (far below its communicator's median) or "late" (far above it).
+    nccl_signal: str | None = None
+    incident_filter: IncidentFilter | None = None  # incidents that are normal operation, not findings
+
+
+def plain(value: object) -> object:
+    """Evidence as JSON takes it: plain floats rounded to 4 decimals, NaN as None."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (np.floating, float)):
+        return None if not np.isfinite(value) else round(float(value), 4)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    return value

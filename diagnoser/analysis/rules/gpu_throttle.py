@@ -1,0 +1,58 @@
+"""gpu_throttle: some nodes' GPUs are clock-throttled and the rest of the job waits for them."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext
+
+THROTTLE = 0.25  # fraction of a node's GPU time under a throttle reason
+# Without a rise of the job's idle, a throttled node still counts when it idles far less
+# than its peers (robust z): the others are waiting for it.
+WAITED_FOR_Z = -2.0
+
+
+def check(w: WindowContext) -> Detection | None:
+    nw = w.node
+    throttled = nw[nw["throttle_frac"] >= THROTTLE]
+    if not len(throttled) or not (w.impact or (throttled["idle_frac_z"] <= WAITED_FOR_Z).any()):
+        return None
+    culprits = list(throttled["throttle_frac"].sort_values(ascending=False).index)
+    return Detection(culprits, [], 0.7 + 0.25 * min(throttled["throttle_frac"].max(), 1.0), {
+        "throttled_fraction": {n: nw.at[n, "throttle_frac"] for n in culprits},
+        "throttled_gpus": throttled_gpus(w.gpu, w.window, w.step, culprits),
+        "sm_clock_mhz": {n: nw.at[n, "sm_clock"] / 1e6 for n in culprits}, "gpu_idle": w.cluster["idle_frac"]})
+
+
+def throttled_gpus(gpu: pd.DataFrame, window: float, step: float, nodes: list[str]) -> dict[str, str]:
+    """Which GPUs of the culprit nodes were throttled in the window, where the source gives GPUs."""
+    if not len(gpu):
+        return {}
+    try:
+        gpu = gpu.xs(window, level="window")
+    except KeyError:
+        return {}
+    out = {}
+    for node in nodes:
+        if node in gpu.index.get_level_values("instance"):
+            rows = gpu.xs(node, level="instance")
+            gpus = rows.index[(rows["throttled"] / step) >= THROTTLE]
+            out[node] = ",".join(sorted(gpus, key=lambda g: (len(g), g))) or "none above the threshold alone"
+    return out
+
+
+RULE = BottleneckClass(
+    name="gpu_throttle",
+    title="GPU throttling",
+    remediation=(
+        "The named nodes' GPUs are clock-throttled and the rest of the job waits for them. Check cooling "
+        "(inlet temperature, fans, airflow), power capping and the power brake (nvidia-smi -q -d PERFORMANCE), "
+        "and drain the node if it cannot hold its clocks."),
+    check=check,
+    localised=True,
+    needs_gpu=True,
+    # The throttled node is the slow one its peers wait for, and their wait exposes the
+    # all-reduce at line rate.
+    explains=frozenset({"straggler", "network_bandwidth"}),
+    chart=("throttle_frac", "fraction of GPU time throttled"),
+)

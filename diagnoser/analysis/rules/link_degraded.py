@@ -1,0 +1,56 @@
+"""link_degraded: a NIC's link runs below its peers' speed, went down, or flaps."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext
+
+# A link below its peers' speed (a 200G NIC trained at 100G, or 4x lanes at 2x).
+SLOW_LINK = 0.75
+
+
+def check(w: WindowContext) -> Detection | None:
+    nicw = w.nic
+    if "in_use" in nicw:  # a spare port down all along is not a fault
+        nicw = nicw[nicw["in_use"]]
+    if not len(nicw):
+        return None
+    median_speed = w.fabric_speed_median
+    if not np.isfinite(median_speed):
+        median_speed = nicw["speed"].median()
+    slow = nicw["speed"] < SLOW_LINK * median_speed
+    down = nicw["up"] == 0
+    flaps = nicw["carrier_changes"] > 0
+    bad = nicw[slow | down | flaps]
+    if not len(bad):
+        return None
+    culprits = sorted(set(bad.index.get_level_values("instance")))
+
+    def why(i: str, d: str) -> str:
+        if nicw.at[(i, d), "up"] == 0:
+            return "down"
+        if slow.at[(i, d)]:
+            return f"{nicw.at[(i, d), 'speed'] * 8 / 1e9:.0f} Gb/s vs peers {median_speed * 8 / 1e9:.0f} Gb/s"
+        return f"{nicw.at[(i, d), 'carrier_changes']:.0f} carrier changes"
+
+    return Detection(culprits, sorted({d for _, d in bad.index}), 0.9, {
+        "links": {f"{i} {d}": why(i, d) for i, d in bad.index}, "gpu_idle": w.cluster["idle_frac"]})
+
+
+RULE = BottleneckClass(
+    name="link_degraded",
+    title="Degraded link",
+    remediation=(
+        "A link runs below its peers, went down, or flaps, and the synchronous job runs at its pace. Check the "
+        "speed and width the port negotiated (ethtool / ibstat), reseat or replace the cable or optic (a "
+        "flapping link is usually a failing optic: look at its temperature and receive power), and the switch "
+        "port's error counters. Drain the node until it is fixed."),
+    check=check,
+    localised=True,
+    # The slow link's node looks like a straggler, the job like a network-bound or
+    # input-bound one, and its retransmits and pauses like congestion.
+    explains=frozenset({"network_congestion", "straggler", "host_bound", "network_bandwidth"}),
+    chart=("bytes_rate", "bytes per second on the fabric"),
+    nccl_signal="slow",  # a rank that moves its share slowly: its link or transfer path
+)

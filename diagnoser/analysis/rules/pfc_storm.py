@@ -1,0 +1,44 @@
+"""pfc_storm: a host transmits PFC pauses without end and freezes its neighbours."""
+
+from __future__ import annotations
+
+from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext
+
+# A NIC stuck in XOFF refreshes its pauses every few hundred microseconds, i.e. thousands of
+# frames a second; a healthy DCQCN fabric sends a handful per second at most.
+STORM_TX_RATE = 500.0  # pause frames per second sent by one node
+STORM_Z = 6.0  # ... and far above its peers (robust z-score)
+VICTIM_RX_RATE = 1.0  # pauses received per second that make a node a victim
+SATURATING_PAUSED_IDLE = 0.2  # GPU idle in paused ticks at which confidence stops growing
+
+
+def check(w: WindowContext) -> Detection | None:
+    nw = w.node
+    storm = nw[(nw["pfc_tx_rate"] >= STORM_TX_RATE) & (nw["pfc_tx_rate_z"] >= STORM_Z)]
+    if not len(storm):
+        return None
+    culprits = list(storm["pfc_tx_rate"].sort_values(ascending=False).index)
+    victims = int(((nw["pfc_rx_rate"] > VICTIM_RX_RATE) & ~nw.index.isin(culprits)).sum())
+    g = w.cluster
+    confidence = 0.6 + 0.4 * min(g["idle_paused_frac"] / SATURATING_PAUSED_IDLE, 1.0) if w.has_gpu else 0.7
+    return Detection(culprits, w.devices(culprits, "pfc_tx_rate"), confidence, {
+        "pause_tx_per_s": {n: nw.at[n, "pfc_tx_rate"] for n in culprits}, "nodes_receiving_pauses": victims,
+        "gpu_idle_paused": g["idle_paused_frac"], "gpu_idle": g["idle_frac"]})
+
+
+RULE = BottleneckClass(
+    name="pfc_storm",
+    title="PFC storm",
+    remediation=(
+        "The named NIC keeps sending PFC pauses and freezes its neighbours. Drain the node or shut its switch "
+        "port now; enable the switch's PFC watchdog (storm protection) fabric-wide. Then look at the host: a "
+        "receive path that does not drain (stuck driver or firmware, PCIe errors, NIC on the wrong NUMA node "
+        "or a degraded PCIe link), dmesg, the NIC firmware version."),
+    check=check,
+    localised=True,
+    waits_in="paused",
+    # The victims' received pauses look like congestion; their stalled fabric leaves GPUs
+    # idle with nothing on the wire.
+    explains=frozenset({"network_congestion", "host_bound"}),
+    chart=("pfc_tx_rate", "PFC pauses sent per second"),
+)

@@ -1,0 +1,42 @@
+"""straggler: some nodes compute slower, with no throttle or network cause of their own."""
+
+from __future__ import annotations
+
+from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext
+
+STRAGGLER_Z = -4.0  # a node idles far less than its peers (robust z): the others wait for it
+STRAGGLER_GAP = 0.03  # ... by at least this much idle fraction
+MAX_SHARE = 4  # at most one node in this many: a quarter of the job slower is not "a straggler"
+
+
+def check(w: WindowContext) -> Detection | None:
+    nw = w.node
+    median_idle = nw["idle_frac"].median()
+    slow = nw[(nw["idle_frac_z"] <= STRAGGLER_Z) & (nw["idle_frac"] <= median_idle - STRAGGLER_GAP)]
+    # A node with a cause of its own found in this window (a throttle, a bad link, loss, a
+    # storm) is that cause's culprit, not a straggler.
+    explained = {n for d in w.found.values() for n in d.nodes}
+    slow = slow[~slow.index.isin(list(explained))]
+    if not len(slow) or not w.impact or len(slow) > max(1, len(nw) // MAX_SHARE):
+        return None
+    culprits = list(slow["idle_frac"].sort_values().index)
+    return Detection(culprits, [], 0.6 + 0.3 * min(-slow["idle_frac_z"].min() / 10, 1.0), {
+        "node_gpu_idle": {n: nw.at[n, "idle_frac"] for n in culprits}, "peer_median_gpu_idle": median_idle,
+        "gpu_idle": w.cluster["idle_frac"]})
+
+
+RULE = BottleneckClass(
+    name="straggler",
+    title="Straggler node",
+    remediation=(
+        "The named nodes compute slower with no throttle or network cause visible. Check CPU frequency and "
+        "data-loader NUMA affinity, other processes on the node, GPU PCIe link width, memory errors (ECC, "
+        "row remapping); replace the node in the job if it persists."),
+    check=check,
+    localised=True,
+    needs_gpu=True,
+    after=("pfc_storm", "link_degraded", "packet_loss", "gpu_throttle"),
+    explains=frozenset({"network_bandwidth"}),  # the others' wait exposes their all-reduce
+    chart=("idle_frac", "GPU idle fraction"),
+    nccl_signal="late",  # a rank that enters the collectives late: the others wait in them
+)

@@ -1,0 +1,193 @@
+"""The report as data: typed findings, job summaries and the document of `diagnose`.
+
+`Report.to_dict()` is the JSON document (contract section 5); the renderers (text,
+markdown, HTML) read these types and nothing else. The charts the HTML draws travel with
+the report as plain series, so rendering reads no analysis internals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Finding:
+    """One root cause over one span of time."""
+    cls: str  # contract section 4 class
+    title: str  # the class's title, for people
+    start: float
+    end: float
+    nodes: list[str]
+    devices: list[str]
+    confidence: float
+    gpu_idle_seconds: float | None  # None: GPU impact unknown
+    evidence: dict[str, object]
+    remediation: str
+    job: str | None = None
+    gpu_hours_idle: float | None = None
+    cost: float | None = None  # money, with a price per GPU-hour
+
+    def to_dict(self) -> dict:
+        doc: dict = {"job": self.job} if self.job is not None else {}
+        doc.update({"class": self.cls, "start": self.start, "end": self.end, "nodes": self.nodes,
+                    "devices": self.devices, "confidence": self.confidence,
+                    "gpu_idle_seconds": self.gpu_idle_seconds, "evidence": self.evidence,
+                    "remediation": self.remediation})
+        if self.gpu_hours_idle is not None:
+            doc["gpu_hours_idle"] = self.gpu_hours_idle
+        if self.cost is not None:
+            doc["cost"] = self.cost
+        return doc
+
+
+@dataclass
+class ConfigFinding:
+    """One configuration check that failed, over every node and device it failed on."""
+    check: str
+    severity: str  # high | medium | low
+    title: str
+    nodes: list[str]
+    devices: dict[str, list[str]]  # node -> its devices (NICs, GPUs, bonds) concerned
+    detail: str  # what was seen, in one line
+    evidence: dict = field(default_factory=dict)
+    why: str = ""  # why it matters for training
+    fix: str = ""
+
+
+@dataclass
+class Summary:
+    """What a window held: nodes, GPUs and how idle they were."""
+    start: float
+    end: float
+    nodes: int
+    gpus: int
+    gpu_idle_fraction: float | None
+
+
+@dataclass
+class Cost:
+    """GPU-hours over the window, those lost to the findings, and with a price the money."""
+    gpu_hours: float
+    gpu_hours_idle: float
+    gpu_hours_lost_to_findings: float
+    gpu_hours_lost_per_day: float
+    gpu_hour_price: float | None = None
+    currency: str = ""
+    lost: float | None = None
+    lost_per_day: float | None = None
+
+    def to_dict(self) -> dict:
+        doc: dict = {"gpu_hours": self.gpu_hours, "gpu_hours_idle": self.gpu_hours_idle,
+                     "gpu_hours_lost_to_findings": self.gpu_hours_lost_to_findings,
+                     "gpu_hours_lost_per_day": self.gpu_hours_lost_per_day}
+        if self.gpu_hour_price is not None:
+            doc.update(gpu_hour_price=self.gpu_hour_price, currency=self.currency, lost=self.lost,
+                       lost_per_day=self.lost_per_day)
+        return doc
+
+
+@dataclass
+class JobSummary:
+    """One job of the cluster: where it ran, what it found, what it cost."""
+    name: str
+    found_by: str  # the workload source, or "behaviour"
+    summary: Summary
+    instances: list[str]
+    findings: int
+    gpu_idle_seconds_in_findings: float
+    capacity: dict | None = None
+    cost: Cost | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        s = self.summary
+        doc: dict = {"name": self.name, "found_by": self.found_by, "start": s.start, "end": s.end,
+                     "nodes": s.nodes, "gpus": s.gpus, "gpu_idle_fraction": s.gpu_idle_fraction,
+                     "instances": self.instances, "findings": self.findings,
+                     "gpu_idle_seconds_in_findings": self.gpu_idle_seconds_in_findings}
+        if self.capacity is not None:
+            doc["capacity"] = self.capacity
+        if self.cost is not None:
+            doc["cost"] = self.cost.to_dict()
+        return doc
+
+
+@dataclass
+class GpuTimeChart:
+    """Share of the cluster's GPU time busy, and idle in each network state, per window."""
+    start: float
+    end: float
+    times: list[float]  # middle of each window
+    layers: dict[str, list[float]]  # "busy", "quiet", "active", "saturated", "paused" -> shares
+
+
+@dataclass
+class CulpritChart:
+    """A localised finding's culprits against the median of their peers, in the signal
+    that named them."""
+    finding: int  # 1-based position of the finding in the report
+    title: str
+    start: float
+    end: float
+    times: list[float]
+    lines: dict[str, list[float]]  # name -> values; the peers' median first
+    shade: tuple[float, float]  # the finding's span
+
+
+@dataclass
+class Report:
+    """The document of `diagnose`: the window's summary, the findings (worst first), and
+    where the cluster holds several jobs, each job's summary."""
+    source: str
+    summary: Summary
+    findings: list[Finding]
+    jobs: list[JobSummary] | None = None  # None: the cluster is one job found by behaviour
+    notes: list[str] = field(default_factory=list)
+    configuration: list[ConfigFinding] | None = None
+    capacity: dict | None = None
+    cost: Cost | None = None
+    has_gpus: bool = True
+    gpu_time_chart: GpuTimeChart | None = None
+    culprit_charts: list[CulpritChart] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        s = self.summary
+        doc: dict = {"source": self.source, "start": s.start, "end": s.end, "nodes": s.nodes, "gpus": s.gpus,
+                     "gpu_idle_fraction": s.gpu_idle_fraction}
+        if self.jobs is not None:
+            doc["jobs"] = [j.to_dict() for j in self.jobs]
+        doc["findings"] = [f.to_dict() for f in self.findings]
+        if self.notes:
+            doc["notes"] = list(self.notes)
+        if self.configuration is not None:
+            doc["configuration"] = [asdict(f) for f in self.configuration]
+        if self.capacity is not None:
+            doc["capacity"] = self.capacity
+        if self.cost is not None:
+            doc["cost"] = self.cost.to_dict()
+        return doc
+
+
+def rounded(x: float | None, digits: int) -> float | None:
+    """A figure for the report: rounded, None where unknown."""
+    return None if x is None or not np.isfinite(x) else round(float(x), digits)
+
+
+@dataclass
+class AuditReport:
+    """The document of `diagnose --audit`: the configuration audit alone."""
+    source: str
+    start: float
+    end: float
+    nodes: int
+    configuration: list[ConfigFinding]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        doc: dict = {"source": self.source, "start": self.start, "end": self.end, "nodes": self.nodes,
+                     "configuration": [asdict(f) for f in self.configuration]}
+        if self.notes:
+            doc["notes"] = list(self.notes)
+        return doc

@@ -1,0 +1,170 @@
+"""The diagnosis, start to end: source -> frame -> jobs -> features -> classification ->
+incidents -> findings -> report. `diagnose()` is what the `diagnose` command runs, and what
+the benchmarks and tests call; it returns the report as data, for a renderer to print.
+
+A cluster of one job found by behaviour gets one diagnosis of the whole frame; otherwise
+each job (a workload, or a group of unattributed nodes) is diagnosed on its own frame and
+its findings are reported under its name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from diagnoser.analysis import charts
+from diagnoser.analysis.audit import audit as audit_configuration
+from diagnoser.analysis.audit import cross_reference
+from diagnoser.analysis.capacity import ModelSize, advise
+from diagnoser.analysis.classify import classify
+from diagnoser.analysis.features import Features, compute
+from diagnoser.analysis.findings import cost, findings_of, price_findings, summary
+from diagnoser.analysis.incidents import incidents_of
+from diagnoser.analysis.jobs import Job, split, subset
+from diagnoser.analysis.nccl import annotate
+from diagnoser.model.frame import Frame
+from diagnoser.model.report import AuditReport, Finding, JobSummary, Report
+from diagnoser.sources import Progress, Source, read_config, read_frame, read_nccl
+
+NO_GPU_NOTE = "no GPU series: network conditions are reported, their GPU impact is unknown"
+MAX_WARNINGS = 20  # of the source's warnings, carried in the report's notes
+
+
+class UnknownJob(Exception):
+    """--job names no job of the window; str() lists the jobs there are."""
+
+
+@dataclass(frozen=True)
+class Options:
+    job: str | None = None  # diagnose only this job
+    model: ModelSize | None = None  # for the capacity section's all-reduce arithmetic
+    gpu_hour_price: float | None = None
+    currency: str = ""
+    charts: bool = False  # carry the series the HTML report draws
+
+
+@dataclass
+class _Diagnosis:
+    """One job's (or the whole frame's) analysis, before it is put in the report."""
+    features: Features
+    findings: list[Finding]
+    notes: list[str] = field(default_factory=list)
+
+
+def diagnose(source: Source, options: Options = Options(), progress: Progress = lambda m: None) -> Report:
+    """Read the source and diagnose its window. Raises SourceError, UnknownJob."""
+    frame = read_frame(source, progress)
+    return diagnose_frame(frame, options, read_nccl(source))
+
+
+def audit(source: Source, progress: Progress = lambda m: None) -> AuditReport:
+    """Only the configuration audit of the source's window (fast: no runtime series)."""
+    name, start, end, cfg = read_config(source, progress)
+    configuration, notes = audit_configuration(cfg)
+    nodes = set(cfg.nic.index.get_level_values("instance")) | set(cfg.gpu.index.get_level_values("instance"))
+    return AuditReport(name, round(start, 3), round(end, 3), len(nodes), configuration,
+                       [f"configuration: {n}" for n in notes])
+
+
+def diagnose_frame(frame: Frame, options: Options = Options(), nccl: pd.DataFrame | None = None) -> Report:
+    """Diagnose a frame already read, job by job where it holds several."""
+    jobs = split(frame)
+    if len(jobs) == 1 and jobs[0].how == "behaviour" and not options.job:
+        report, per_job = _whole(frame, options)
+    else:
+        if options.job:
+            names = [j.name for j in jobs]
+            if options.job not in names:
+                raise UnknownJob(f"no job {options.job!r} in this window; jobs found: {', '.join(names) or 'none'}")
+        report, per_job = _by_job(frame, jobs, options)
+    records = frame.nccl if nccl is None or not len(nccl) else (
+        pd.concat([nccl, frame.nccl], ignore_index=True) if len(frame.nccl) else nccl)
+    if len(records):
+        job_of = {i: j.name for j in report.jobs or [] for i in j.instances}
+        annotate(report.findings, report.notes, records, frame.instances, frame.start, frame.end, job_of)
+    configuration, notes = audit_configuration(frame.config)
+    report.configuration = configuration
+    cross_reference(report.findings, configuration)
+    report.notes += [f"configuration: {n}" for n in notes]
+    if options.job:
+        _only(report, options.job)
+    if options.charts:
+        _add_charts(report, per_job)
+    return report
+
+
+def analyse(frame: Frame) -> _Diagnosis:
+    """features -> classification -> incidents -> findings, on one job's frame."""
+    features = compute(frame)
+    incidents, notes = incidents_of(classify(features), frame.step)
+    return _Diagnosis(features, findings_of(incidents, frame.has_gpus), notes)
+
+
+def _whole(frame: Frame, options: Options) -> tuple[Report, dict[str | None, Features]]:
+    d = analyse(frame)
+    notes = d.notes + ([] if frame.has_gpus else [NO_GPU_NOTE]) + frame.warnings[:MAX_WARNINGS]
+    window = summary(d.features)
+    report = Report(frame.source, window, d.findings, notes=notes, has_gpus=frame.has_gpus,
+                    capacity=advise(d.features, options.model))
+    if frame.has_gpus:
+        price_findings(report.findings, options.gpu_hour_price)
+        report.cost = cost(d.features, window, report.findings, options.gpu_hour_price, options.currency)
+    return report, {None: d.features}
+
+
+def _by_job(frame: Frame, jobs: list[Job], options: Options) -> tuple[Report, dict[str | None, Features]]:
+    """Each job's findings on its own frame; the cluster's summary and cost over all."""
+    whole = compute(frame)
+    per_job: dict[str | None, Features] = {None: whole}
+    summaries = []
+    findings: list[Finding] = []
+    for job in jobs:
+        d = analyse(subset(frame, job.instances, job.start, job.end))
+        per_job[job.name] = d.features
+        window = summary(d.features)
+        for f in d.findings:
+            f.job = job.name
+        entry = JobSummary(job.name, job.how, window, job.instances, len(d.findings),
+                           round(sum(f.gpu_idle_seconds or 0.0 for f in d.findings), 1),
+                           capacity=advise(d.features, options.model),
+                           notes=[*d.notes, *job.notes])
+        if d.features.frame.has_gpus:
+            price_findings(d.findings, options.gpu_hour_price)
+            entry.cost = cost(d.features, window, d.findings, options.gpu_hour_price, options.currency)
+        summaries.append(entry)
+        findings.extend(d.findings)
+    summaries.sort(key=lambda j: (-j.gpu_idle_seconds_in_findings, -(j.summary.gpu_idle_fraction or 0), j.name))
+    order = {j.name: k for k, j in enumerate(summaries)}
+    findings.sort(key=lambda f: (order[str(f.job)], -(f.gpu_idle_seconds or 0.0)))
+    notes = [f"{j.name}: {n}" for j in summaries for n in j.notes]
+    notes += ([] if frame.has_gpus else [NO_GPU_NOTE]) + frame.warnings[:MAX_WARNINGS]
+    window = summary(whole)
+    report = Report(frame.source, window, findings, jobs=summaries, notes=notes, has_gpus=frame.has_gpus)
+    if frame.has_gpus:
+        report.cost = cost(whole, window, findings, options.gpu_hour_price, options.currency)
+    return report, per_job
+
+
+def _only(report: Report, name: str) -> None:
+    """The report of one job (`--job NAME`): its summary, cost, findings and notes."""
+    others = {j.name for j in report.jobs or [] if j.name != name}
+    report.jobs = [j for j in report.jobs or [] if j.name == name]
+    report.summary = report.jobs[0].summary
+    report.cost = report.jobs[0].cost
+    report.findings = [f for f in report.findings if f.job == name]
+    report.notes = [n for n in report.notes if n.split(": ", 1)[0] not in others]
+
+
+def _add_charts(report: Report, per_job: dict[str | None, Features]) -> None:
+    """The series the HTML report draws: the cluster's GPU time, and each localised
+    finding's culprits against their own job's peers."""
+    whole = per_job[None]
+    if whole.frame.has_gpus:
+        report.gpu_time_chart = charts.gpu_time(whole)
+    for position, f in enumerate(report.findings, 1):
+        features = per_job.get(f.job) if report.jobs is not None else whole
+        if features is not None:
+            chart = charts.culprits(features, f, position)
+            if chart is not None:
+                report.culprit_charts.append(chart)

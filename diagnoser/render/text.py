@@ -1,0 +1,168 @@
+"""The report for people: text for a terminal, markdown for a ticket. Both are written
+from the report's structure (diagnoser/model/report.py), never from each other."""
+
+from __future__ import annotations
+
+from diagnoser.model.report import AuditReport, ConfigFinding, Cost, Finding, JobSummary, Report, Summary
+from gpunet.window import rfc3339
+
+NOTES_SHOWN = 5  # notes printed under a one-job report
+NOTES_SHOWN_JOBS = 8  # ... and under a report of several jobs
+CULPRITS_SHOWN = 10
+DEVICES_SHOWN = 6
+EVIDENCE_ITEMS_SHOWN = 6  # entries of a per-node evidence figure
+CONFIG_NODES_SHOWN = 4  # nodes named per configuration finding
+CONFIG_DEVICES_SHOWN = 4  # devices named per node
+INDENT = "   "
+
+
+def render_text(report: Report, markdown: bool = False) -> str:
+    """The whole report: findings worst first (per job, worst job first, where there are
+    several), capacity and cost, the configuration audit, notes."""
+    h1, h2, h3 = ("# ", "## ", "### ") if markdown else ("", "", "")
+    lines = [f"{h1}gpunet diagnosis of {report.source}", _window(report.summary)]
+    if report.jobs is None:
+        lines.append("")
+        lines += _findings(report.findings, h2, report.cost)
+        lines += _capacity(report.capacity, h2) + _cost(report.cost, h2, "Cost")
+    else:
+        lines += [f"{len(report.jobs)} job(s): " + ", ".join(j.name for j in report.jobs), ""]
+        for job in report.jobs:
+            lines += _job(job, [f for f in report.findings if f.job == job.name], h2, h3)
+        lines += _cost(report.cost, h2, "Cluster cost, all jobs")
+    if report.configuration is not None:
+        lines += configuration_lines(report.configuration, report.notes, h2, h3)
+    shown = NOTES_SHOWN if report.jobs is None else NOTES_SHOWN_JOBS
+    lines += [f"note: {note}" for note in report.notes[:shown]]
+    return _finish(lines, markdown)
+
+
+def render_audit_text(report: AuditReport, markdown: bool = False) -> str:
+    h1, h2, h3 = ("# ", "## ", "### ") if markdown else ("", "", "")
+    lines = [f"{h1}gpunet configuration audit of {report.source}",
+             f"window {rfc3339(report.start)} .. {rfc3339(report.end)}, {report.nodes} nodes", ""]
+    lines += configuration_lines(report.configuration, report.notes, h2, h3)
+    lines += [f"note: {note}" for note in report.notes[:NOTES_SHOWN_JOBS]]
+    return _finish(lines, markdown)
+
+
+def _finish(lines: list[str], markdown: bool) -> str:
+    if markdown:  # bullets and paragraphs instead of the terminal's indentation
+        lines = [line[len(INDENT):] if line.startswith(INDENT + "- ") else
+                 ("\n" + line[len(INDENT):] if line.startswith(INDENT) else line) for line in lines]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _window(s: Summary) -> str:
+    return (f"window {rfc3339(s.start)} .. {rfc3339(s.end)}, {s.nodes} nodes, {s.gpus} GPUs, "
+            f"GPU idle {_pct(s.gpu_idle_fraction)}")
+
+
+def _job(job: JobSummary, findings: list[Finding], h2: str, h3: str) -> list[str]:
+    found = "workload " + job.found_by if job.found_by != "behaviour" else "grouped by behaviour"
+    lines = [f"{h2}job {job.name} ({found})", _window(job.summary), ""]
+    lines += _findings(findings, h3, job.cost)
+    lines += _capacity(job.capacity, h3) + _cost(job.cost, h3, "Cost")
+    while lines[-1] == "":
+        lines.pop()
+    return lines + [""]
+
+
+def _findings(findings: list[Finding], h: str, cost: Cost | None) -> list[str]:
+    if not findings:
+        return ["No bottleneck found: the window looks healthy.", ""]
+    lines = []
+    for n, f in enumerate(findings, 1):
+        lines += finding_lines(f, n, h, cost.currency if cost else "")
+    return lines
+
+
+def finding_lines(f: Finding, n: int, h: str = "", currency: str = "") -> list[str]:
+    minutes = (f.end - f.start) / 60
+    if f.gpu_idle_seconds is not None:
+        impact = f"{f.gpu_idle_seconds / 3600:.1f} GPU-hours idle"
+    elif "nccl_bus_bandwidth" in f.evidence:
+        impact = "GPU impact not measured (NCCL figures only)"
+    else:
+        impact = "GPU impact unknown (no GPU series)"
+    if f.cost is not None:
+        impact += f" (= {_money(f.cost, currency)})"
+    lines = [f"{h}{n}. {f.title} ({f.cls}), confidence {f.confidence:.2f}",
+             f"{INDENT}{rfc3339(f.start)} .. {rfc3339(f.end)} ({minutes:.0f} min), {impact}"]
+    if f.nodes:
+        devices = f" ({', '.join(f.devices[:DEVICES_SHOWN])})" if f.devices else ""
+        lines.append(f"{INDENT}culprits: {', '.join(f.nodes[:CULPRITS_SHOWN])}{devices}")
+    lines += [f"{INDENT}- {key.replace('_', ' ')}: {_figure(value)}" for key, value in f.evidence.items()]
+    return lines + [f"{INDENT}what to do: {f.remediation}", ""]
+
+
+def _capacity(capacity: dict | None, h: str) -> list[str]:
+    if not capacity:
+        return []
+    lines = [f"{h}Network capacity: {capacity['verdict']}"]
+    # The arithmetic where it matters: an upgrade is advised, or the user gave a model size.
+    if capacity.get("upgrade_to") or "model" in capacity:
+        lines += [f"{INDENT}- {step}" for step in capacity["arithmetic"]]
+    return lines + [""]
+
+
+def _cost(cost: Cost | None, h: str, label: str) -> list[str]:
+    if cost is None or cost.gpu_hours <= 0:
+        return []
+    line = (f"{h}{label}: {cost.gpu_hours_idle:,.1f} of {cost.gpu_hours:,.1f} GPU-hours idle; "
+            f"{cost.gpu_hours_lost_to_findings:,.1f} lost to the findings above")
+    if cost.lost is not None and cost.lost_per_day is not None and cost.gpu_hour_price is not None:
+        line += (f" = {_money(cost.lost, cost.currency)} at {_money(cost.gpu_hour_price, cost.currency)} per "
+                 f"GPU-hour; {_money(cost.lost_per_day, cost.currency)} a day at this window's rate")
+    else:
+        line += f", {cost.gpu_hours_lost_per_day:,.1f} GPU-hours a day at this window's rate"
+    return [line, ""]
+
+
+def configuration_lines(found: list[ConfigFinding], notes: list[str], h2: str = "", h3: str = "") -> list[str]:
+    """The "Configuration" section: counts and the first few nodes, readable on one screen
+    for hundreds of nodes."""
+    lines = [f"{h2}Configuration" + (f" ({len(found)} findings)" if found else "")]
+    if not found:
+        unknown = any(n.startswith("configuration:") for n in notes)
+        lines.append("No configuration finding in what is known (see the notes)." if unknown
+                     else "No configuration finding.")
+    for n, f in enumerate(found, 1):
+        devices = sum(len(d) for d in f.devices.values())
+        lines.append(f"{h3}C{n}. [{f.severity}] {f.title} ({f.check}): "
+                     f"{_count(len(f.nodes), 'node')}, {_count(devices, 'device')}")
+        lines.append(f"{INDENT}{_config_nodes(f)}")
+        lines.append(f"{INDENT}seen: {f.detail}")
+        lines.append(f"{INDENT}why: {f.why}")
+        lines.append(f"{INDENT}fix: {f.fix}")
+    return lines + [""]
+
+
+def _config_nodes(f: ConfigFinding) -> str:
+    shown = []
+    for node in f.nodes[:CONFIG_NODES_SHOWN]:
+        devs = f.devices[node]
+        more = f" +{len(devs) - CONFIG_DEVICES_SHOWN}" if len(devs) > CONFIG_DEVICES_SHOWN else ""
+        shown.append(f"{node} ({', '.join(devs[:CONFIG_DEVICES_SHOWN])}{more})")
+    rest = len(f.nodes) - CONFIG_NODES_SHOWN
+    return ", ".join(shown) + (f" and {rest} more nodes" if rest > 0 else "")
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
+def _money(amount: float, currency: str) -> str:
+    return f"{amount:,.2f}{' ' + currency if currency else ''}"
+
+
+def _figure(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_figure(v)}" for k, v in list(value.items())[:EVIDENCE_ITEMS_SHOWN])
+    return str(value)
+
+
+def _pct(x: float | None) -> str:
+    return "unknown" if x is None else f"{100 * x:.1f}%"

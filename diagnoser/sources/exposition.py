@@ -1,0 +1,28 @@
+"""The Prometheus exposition format's series keys, as traces and NCCL dumps write them."""
+
+from __future__ import annotations
+
+import re
+
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+def parse_series(key: str) -> tuple[str, dict[str, str]]:
+    """'name{a="b",c="d"}' -> ('name', {'a': 'b', 'c': 'd'})."""
+    name, brace, rest = key.partition("{")
+    if not brace:
+        return name, {}
+    if not rest.endswith("}"):
+        raise ValueError("unterminated label set")
+    body, labels, pos = rest[:-1], {}, 0
+    while pos < len(body):
+        m = _LABEL.match(body, pos)
+        if not m or m.end() == pos:
+            raise ValueError(f"malformed labels near {body[pos:pos + 30]!r}")
+        value = m.group(2)
+        if "\\" in value:
+            value = re.sub(r'\\[\\"n]', lambda e: _UNESCAPE[e.group(0)], value)
+        labels[m.group(1)] = value
+        pos = m.end()
+    return name, labels

@@ -1,0 +1,247 @@
+"""Each bottleneck rule on its own: a small hand-built window (a few nodes with the figures
+a fault gives), firing and not firing. The end-to-end scoring on traces is in
+test_diagnoser.py; these say which condition broke."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from diagnoser.analysis.rules import RULES, rule
+from diagnoser.analysis.rules.base import Baseline, Detection, WindowContext
+from gpunet import contract as C
+
+NODES = [f"node-{k:02d}:9845" for k in range(8)]
+GB = 1e9
+SPEED = 400e9 / 8  # bytes/s of a 400G port
+
+# A healthy window: every node alike, GPUs 20% idle, a little of everything.
+NODE_HEALTHY = {"idle_frac": 0.2, "idle_frac_z": 0.0, "pfc_tx_rate": 0.0, "pfc_tx_rate_z": 0.0, "pfc_rx_rate": 0.0,
+                "loss_rate": 0.0, "loss_rate_z": 0.0, "retrans_ratio": 1e-5, "retrans_ratio_z": 0.0,
+                "throttle_frac": 0.0, "sm_clock": 1.98e9}
+CLUSTER_HEALTHY = {"gpu_time": 8 * 8 * 20.0, "idle_frac": 0.2, "idle_paused_frac": 0.0, "idle_saturated_frac": 0.03,
+                   "idle_active_frac": 0.12, "idle_quiet_frac": 0.05, "ecn_per_gb": 1.0, "pfc_rx_rate": 0.0,
+                   "pfc_rx_nodes": 0, "retrans_ratio": 1e-5, "util_median": 0.4, "sat_frac_median": 0.05,
+                   "state_sat_frac_median": 0.05, "other_util_median": 0.001}
+BASELINE = Baseline(idle_frac=0.2, idle_saturated_frac=0.03, idle_quiet_frac=0.05, ecn_per_gb=1.0,
+                    retrans_ratio=1e-5, other_util=0.001)
+
+
+def window(cluster: dict | None = None, nodes: dict[str, dict] | None = None, nics: dict | None = None,
+           found: tuple[str, ...] = (), gpu: pd.DataFrame | None = None) -> WindowContext:
+    """A window of 8 healthy nodes, changed by `cluster` (cluster figures), `nodes` (node ->
+    its figures) and `nics` ((node, device) -> speed, up, carrier_changes, ...)."""
+    rows = {n: dict(NODE_HEALTHY) for n in NODES}
+    for n, figures in (nodes or {}).items():
+        rows[n].update(figures)
+    node = pd.DataFrame.from_dict(rows, orient="index")
+    node.index.name = "instance"
+    nic_rows = {(n, d): {"speed": SPEED, "up": 1.0, "carrier_changes": 0.0, "pfc_tx_rate": 0.0, "loss_rate": 0.0,
+                         "in_use": True} for n in NODES for d in ("ens1f0np0", "ens1f1np1")}
+    for key, figures in (nics or {}).items():
+        nic_rows[key].update(figures)
+    nic = pd.DataFrame.from_dict(nic_rows, orient="index")
+    nic.index = pd.MultiIndex.from_tuples(nic.index, names=["instance", "device"])
+    explains = {name: r.explains for name, r in RULES.items()}
+    ctx = WindowContext(0.0, pd.Series({**CLUSTER_HEALTHY, **(cluster or {})}), node, nic, BASELINE, SPEED,
+                        gpu if gpu is not None else pd.DataFrame(), 20.0, {}, explains)
+    for name in found:
+        ctx.found[name] = Detection([NODES[0]] if RULES[name].localised else [], [], 0.9, {})
+    return ctx
+
+
+def check(name: str, ctx: WindowContext) -> Detection | None:
+    return rule(name).check(ctx)
+
+
+def test_the_registry_is_the_contracts_class_list():
+    assert set(RULES) == set(C.BOTTLENECK_CLASSES)
+    for name, record in RULES.items():
+        assert record.name == name and record.title and len(record.remediation) > 80
+        assert set(record.after) <= set(RULES) and record.explains <= set(RULES)
+        assert record.waits_in in (None, *C.NETWORK_STATES)
+        # a rule runs after every rule it reads
+        order = list(RULES)
+        assert all(order.index(dep) < order.index(name) for dep in record.after)
+
+
+def test_every_healthy_rule_is_silent_on_a_healthy_window():
+    for name in RULES:
+        assert check(name, window()) is None, name
+
+
+# --- pfc_storm -------------------------------------------------------------------------------
+
+def test_pfc_storm_names_the_node_sending_thousands_of_pauses():
+    culprit = NODES[3]
+    ctx = window({"idle_paused_frac": 0.6, "idle_frac": 0.7},
+                 {culprit: {"pfc_tx_rate": 20000.0, "pfc_tx_rate_z": 50.0},
+                  **{n: {"pfc_rx_rate": 3000.0} for n in NODES if n != culprit}},
+                 {(culprit, "ens1f1np1"): {"pfc_tx_rate": 20000.0}})
+    d = check("pfc_storm", ctx)
+    assert d is not None and d.nodes == [culprit] and d.devices == ["ens1f1np1"]
+    assert d.evidence["nodes_receiving_pauses"] == 7 and d.confidence == pytest.approx(1.0)
+
+
+def test_pfc_storm_needs_both_the_rate_and_the_standing_out():
+    assert check("pfc_storm", window(nodes={NODES[3]: {"pfc_tx_rate": 200.0, "pfc_tx_rate_z": 50.0}})) is None
+    # every node pausing alike is congestion's back-pressure, not one stuck receiver
+    assert check("pfc_storm", window(nodes={n: {"pfc_tx_rate": 2000.0, "pfc_tx_rate_z": 0.5} for n in NODES})) is None
+
+
+# --- link_degraded ---------------------------------------------------------------------------
+
+def test_link_degraded_finds_a_slow_a_down_and_a_flapping_link():
+    ctx = window(nics={(NODES[1], "ens1f0np0"): {"speed": SPEED / 2},
+                       (NODES[2], "ens1f1np1"): {"up": 0.0},
+                       (NODES[5], "ens1f0np0"): {"carrier_changes": 4.0}})
+    d = check("link_degraded", ctx)
+    assert d is not None and d.nodes == [NODES[1], NODES[2], NODES[5]]
+    links = d.evidence["links"]
+    assert links[f"{NODES[1]} ens1f0np0"] == "200 Gb/s vs peers 400 Gb/s"
+    assert links[f"{NODES[2]} ens1f1np1"] == "down" and "4 carrier changes" in links[f"{NODES[5]} ens1f0np0"]
+
+
+def test_link_degraded_ignores_a_spare_port_down_all_along_and_a_small_speed_gap():
+    ctx = window(nics={(NODES[1], "ens1f0np0"): {"up": 0.0, "in_use": False},
+                       (NODES[2], "ens1f0np0"): {"speed": 0.8 * SPEED}})
+    assert check("link_degraded", ctx) is None
+
+
+# --- packet_loss -----------------------------------------------------------------------------
+
+def test_packet_loss_localised_on_the_node_holding_the_loss():
+    ctx = window({"idle_frac": 0.3}, {NODES[6]: {"loss_rate": 40.0, "loss_rate_z": 30.0},
+                                      NODES[2]: {"loss_rate": 0.5, "loss_rate_z": 0.8}},
+                 {(NODES[6], "ens1f0np0"): {"loss_rate": 40.0}})
+    d = check("packet_loss", ctx)
+    assert d is not None and d.nodes == [NODES[6]] and d.devices == ["ens1f0np0"]
+    assert d.confidence == pytest.approx(0.9)  # idle rose by twice the impact threshold
+
+
+def test_packet_loss_spread_over_the_fabric_names_no_culprit():
+    ctx = window({"idle_frac": 0.3}, {n: {"loss_rate": 5.0, "loss_rate_z": 0.0} for n in NODES})
+    d = check("packet_loss", ctx)
+    assert d is not None and d.nodes == []
+
+
+def test_tcp_retransmits_ten_times_the_background_are_loss():
+    assert check("packet_loss", window({"idle_frac": 0.26, "retrans_ratio": 5e-5})) is None  # 5x: not yet
+    d = check("packet_loss", window({"idle_frac": 0.26, "retrans_ratio": 2e-4}))
+    assert d is not None and d.evidence["tcp_retransmit_ratio"] == 2e-4
+
+
+def test_packet_loss_without_gpu_impact_is_no_finding():
+    assert check("packet_loss", window({"idle_frac": 0.21}, {NODES[6]: {"loss_rate": 40.0, "loss_rate_z": 30.0}})) \
+        is None
+
+
+# --- network_congestion ----------------------------------------------------------------------
+
+def test_congestion_on_ecn_marks_per_gb():
+    d = check("network_congestion", window({"idle_frac": 0.27, "ecn_per_gb": 400.0}))
+    assert d is not None and d.nodes == [] and d.confidence == pytest.approx(0.9)
+
+
+def test_congestion_on_pauses_received_across_the_fabric():
+    d = check("network_congestion", window({"idle_frac": 0.27, "pfc_rx_rate": 8 * 50.0, "pfc_rx_nodes": 6}))
+    assert d is not None and d.confidence == pytest.approx(0.6)
+    # on two nodes only: a local matter, not the fabric
+    assert check("network_congestion", window({"idle_frac": 0.27, "pfc_rx_rate": 8 * 50.0, "pfc_rx_nodes": 2})) is None
+
+
+def test_congestion_is_not_reported_beside_the_storm_that_causes_it():
+    ctx = window({"idle_frac": 0.27, "ecn_per_gb": 400.0}, found=("pfc_storm",))
+    assert check("network_congestion", ctx) is None
+
+
+# --- gpu_throttle ----------------------------------------------------------------------------
+
+def test_gpu_throttle_names_the_throttled_node_and_its_gpus():
+    gpu = pd.DataFrame({"throttled": [15.0, 0.0], "sm_clock": [1.2e9, 1.98e9]},
+                       index=pd.MultiIndex.from_tuples([(NODES[4], "3", 0.0), (NODES[4], "1", 0.0)],
+                                                       names=["instance", "gpu", "window"]))
+    ctx = window({"idle_frac": 0.25}, {NODES[4]: {"throttle_frac": 0.4, "idle_frac": 0.05, "idle_frac_z": -8.0,
+                                                  "sm_clock": 1.2e9}}, gpu=gpu)
+    d = check("gpu_throttle", ctx)
+    assert d is not None and d.nodes == [NODES[4]]
+    assert d.evidence["throttled_gpus"] == {NODES[4]: "3"} and d.evidence["sm_clock_mhz"][NODES[4]] == 1200.0
+
+
+def test_gpu_throttle_below_a_quarter_of_the_time_is_not_a_finding():
+    assert check("gpu_throttle", window({"idle_frac": 0.25}, {NODES[4]: {"throttle_frac": 0.1}})) is None
+
+
+# --- straggler -------------------------------------------------------------------------------
+
+def test_straggler_is_the_node_its_peers_wait_for():
+    ctx = window({"idle_frac": 0.27}, {NODES[2]: {"idle_frac": 0.02, "idle_frac_z": -9.0}})
+    d = check("straggler", ctx)
+    assert d is not None and d.nodes == [NODES[2]] and d.evidence["peer_median_gpu_idle"] == 0.2
+
+
+def test_a_node_with_a_cause_of_its_own_is_no_straggler():
+    ctx = window({"idle_frac": 0.27}, {NODES[0]: {"idle_frac": 0.02, "idle_frac_z": -9.0}}, found=("gpu_throttle",))
+    assert check("straggler", ctx) is None
+
+
+def test_half_the_job_slower_is_not_a_straggler():
+    slow = {n: {"idle_frac": 0.02, "idle_frac_z": -9.0} for n in NODES[:4]}
+    assert check("straggler", window({"idle_frac": 0.27}, slow)) is None
+
+
+# --- host_bound ------------------------------------------------------------------------------
+
+def test_host_bound_when_the_extra_idle_is_quiet():
+    d = check("host_bound", window({"idle_frac": 0.3, "idle_quiet_frac": 0.14}))
+    assert d is not None and d.suppressed_by is None and d.nodes == []
+
+
+def test_host_bound_is_a_marker_beside_a_stalled_fabric_and_nothing_beside_a_straggler():
+    cluster = {"idle_frac": 0.3, "idle_quiet_frac": 0.14}
+    d = check("host_bound", window(cluster, found=("link_degraded",)))
+    assert d is not None and d.suppressed_by == "link_degraded"
+    assert check("host_bound", window(cluster, found=("straggler",))) is None
+
+
+def test_a_checkpoint_on_the_storage_nics_is_not_host_bound():
+    assert check("host_bound", window({"idle_frac": 0.3, "idle_quiet_frac": 0.14, "other_util_median": 0.1})) is None
+
+
+def test_periodic_brief_stalls_are_left_out_with_a_note():
+    from diagnoser.analysis.rules.host_bound import periodic_stalls
+    from diagnoser.model.findings import Incident
+
+    stalls = [Incident("host_bound", t, t + 40, [], [], 0.6, 100.0, 2) for t in (300.0, 900.0, 1500.0, 2100.0)]
+    other = Incident("straggler", 100.0, 700.0, [NODES[1]], [], 0.8, 900.0, 30)
+    kept, note = periodic_stalls([other, *stalls], 20.0)
+    assert kept == [other] and "4 brief, periodic" in str(note)
+    irregular = [Incident("host_bound", t, t + 40, [], [], 0.6, 100.0, 2) for t in (300.0, 500.0, 1500.0)]
+    assert periodic_stalls(irregular, 20.0) == (irregular, None)
+
+
+# --- network_bandwidth -----------------------------------------------------------------------
+
+def test_network_bandwidth_when_gpus_idle_at_line_rate():
+    d = check("network_bandwidth", window({"idle_frac": 0.32, "idle_saturated_frac": 0.2, "state_sat_frac_median": 0.4}))
+    assert d is not None and d.evidence["saturated_time"] == 0.4 and d.evidence["needed_gbps_per_nic"] > 400
+
+
+def test_network_bandwidth_yields_to_any_other_finding():
+    cluster = {"idle_frac": 0.32, "idle_saturated_frac": 0.2}
+    for other in ("straggler", "gpu_throttle", "link_degraded", "host_bound"):
+        assert check("network_bandwidth", window(cluster, found=(other,))) is None, other
+
+
+def test_network_bandwidth_needs_the_saturated_share_to_be_the_larger_part():
+    # idle rose by 0.2 but only 0.05 of it at line rate: the links are not what GPUs wait for
+    assert check("network_bandwidth", window({"idle_frac": 0.4, "idle_saturated_frac": 0.08})) is None
+
+
+def test_network_bandwidth_without_gpu_series():
+    ctx = window({"gpu_time": np.nan, "idle_frac": np.nan, "sat_frac_median": 0.7})
+    d = check("network_bandwidth", ctx)
+    assert d is not None and d.evidence["gpu_idle"] == "unknown (no GPU series)"
+    assert check("network_bandwidth", window({"gpu_time": np.nan, "idle_frac": np.nan, "sat_frac_median": 0.2})) \
+        is None
