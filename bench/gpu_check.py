@@ -1,4 +1,4 @@
-"""The GPU collector on a real NVIDIA GPU: one prepared check (issue 3).
+"""The GPU collector on a real NVIDIA GPU: one prepared check.
 
     python bench/gpu_check.py --out /tmp/gpu-check       # needs a GPU, NVML and torch
 

@@ -328,7 +328,7 @@ def write_port(w: Writer, i: int, netdev: str, rdma: str, pci: str, numa: int, v
     for name in HW_COUNTERS:
         w.write(f"{port}/hw_counters/{name}", f"{v.get('hw:' + name, 0)}\n")
     w.write(f"ethtool/{netdev}.txt", ethtool_text(v, channels))
-    # Configuration facts (issue 8): PFC on 3, trust dscp, no 802.3x pause, ECN on 3.
+    # Configuration facts: PFC on 3, trust dscp, no 802.3x pause, ECN on 3.
     w.write(f"dcb/{netdev}.pfc.json", json.dumps({"pfc_cap": 8, "macsec_bypass": False, "delay": 0,
                                                   "prio_pfc": [p == 3 for p in range(8)]}) + "\n")
     w.write(f"dcb/{netdev}.app.json", json.dumps({"dscp_prio": [[26, 3], [48, 6]]}) + "\n")

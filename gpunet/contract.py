@@ -1,6 +1,6 @@
 """The names, units and labels of every series gpunet exports or reads.
 
-This module is the code form of shared/spec/contract.md: the exporter, the diagnoser, the
+This module is the code form of the metric contract (docs/metrics.md): the exporter, the diagnoser, the
 simulator, the dashboards' tests and the unit tests all import a metric's name from here,
 so that it is written exactly once. Metrics marked ``contract=True`` are the public
 contract; the others are extras users expect beside them (they may evolve, but are
@@ -99,7 +99,7 @@ NIC_NETDEV_TRANSMIT_ERRORS = _m("gpunet_nic_netdev_transmit_errors_total", "coun
 NIC_NETDEV_RECEIVE_DROPS = _m("gpunet_nic_netdev_receive_drops_total", "counter", "Netdev rx_dropped.", DEV)
 NIC_NETDEV_TRANSMIT_DROPS = _m("gpunet_nic_netdev_transmit_drops_total", "counter", "Netdev tx_dropped.", DEV)
 
-# --- Configuration facts (issue 8): what the deployment checks read ------------------------
+# --- Configuration facts: what the deployment checks read ------------------------
 NIC_PFC_ENABLED = _m("gpunet_nic_pfc_enabled", "gauge",
                      "1 when PFC is enabled on the priority (DCB/IEEE 802.1Qbb), else 0.", ("device", "priority"))
 NIC_LINK_PAUSE_ENABLED = _m("gpunet_nic_link_pause_enabled", "gauge",
@@ -170,7 +170,7 @@ GPU_PCIE_MAX_SPEED = _m("gpunet_gpu_pcie_max_link_transfers_per_second", "gauge"
                         "PCIe link speed the GPU supports, per lane.", GPU)
 GPU_PCIE_CURRENT_WIDTH = _m("gpunet_gpu_pcie_current_link_width", "gauge", "PCIe lanes the GPU trained at.", GPU)
 GPU_PCIE_MAX_WIDTH = _m("gpunet_gpu_pcie_max_link_width", "gauge", "PCIe lanes the GPU supports.", GPU)
-# Issue 9: which workload uses each GPU. An info metric joinable on `gpu`, so that the
+# Which workload uses each GPU. An info metric joinable on `gpu`, so that the
 # workload's labels are not repeated on every series (`job` is Prometheus' own label).
 GPU_WORKLOAD_INFO = _m("gpunet_gpu_workload_info", "gauge",
                        "One per (GPU, workload using it): source is kubernetes, slurm, torchelastic (torchrun's run id) "
@@ -224,7 +224,7 @@ def metrics_markdown() -> str:
     """docs/metrics.md, generated: `python -m gpunet.contract > docs/metrics.md`."""
     lines = ["# Metrics", "",
              "Generated from `gpunet/contract.py` (`python -m gpunet.contract > docs/metrics.md`).",
-             "Contract metrics are the public surface of shared/spec/contract.md; extras may evolve.", "",
+             "Contract metrics are gpunet's public surface; extras may evolve.", "",
              "| name | type | labels | contract | meaning |", "|---|---|---|---|---|"]
     for m in ALL_METRICS:
         lines.append(f"| `{m.name}` | {m.type} | {', '.join(m.labels) or '-'} | {'yes' if m.contract else ''} "

@@ -36,7 +36,7 @@ TRACES = {p.name.removesuffix(".om.gz"): p for p in [*REPLAY.glob("*.om.gz"), *(
 # extras. The rules using them are proven by the promtool unit tests instead. The test
 # below checks that they really are absent, so that this list is shortened when traces are
 # re-recorded.
-# (The simulator emits the configuration gauges, healthy, since issue 8; bonds only with a bond config fault.)
+# (The simulator emits the configuration gauges, healthy; bonds only with a bond config fault.)
 NOT_IN_TRACES = {"up", "gpunet_gpu_xid_errors_total", "gpunet_nic_fabric", "gpunet_bond_member_up"}
 
 # Healthy traces where an alert rightly fires: in healthy_confounders one node's GPU

@@ -1,4 +1,4 @@
-"""The configuration audit (issue 8): each check on hand-built fixture traces and on simulated
+"""The configuration audit: each check on hand-built fixture traces and on simulated
 traces with injected configuration faults; healthy configurations give nothing; the same
 answer from a real Prometheus as from the file. Expectations come from how the traces were
 built, never from the audit's own output."""

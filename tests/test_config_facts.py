@@ -1,4 +1,4 @@
-"""Configuration facts (issue 8): PFC, 802.3x pause, trust, ECN per priority, PCIe links,
+"""Configuration facts: PFC, 802.3x pause, trust, ECN per priority, PCIe links,
 bonds. Every expected value is read from the fixture's own files here, the way the driver
 or the tool prints it; malformed files cost only their own series; a live namespace runs
 the netlink and ioctl paths."""

@@ -1,4 +1,4 @@
-"""Hostile input to `diagnose --replay` (issue 7): damaged traces built from a committed one.
+"""Hostile input to `diagnose --replay`: damaged traces built from a committed one.
 
 Recoverable damage (duplicates, samples out of order, NaN/Inf/negative counters, series
 outside the contract, a family split in two) -> exit 0, a warning naming the place, the

@@ -1,4 +1,4 @@
-"""Job-aware diagnosis (issue 9): one diagnosis per job, peer comparison inside a job only.
+"""Job-aware diagnosis: one diagnosis per job, peer comparison inside a job only.
 
 Ground truth is what the traces were generated with (labels.json: each job's instances,
 each incident's job, class and culprits), never what the diagnoser said before."""

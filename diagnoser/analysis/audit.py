@@ -30,7 +30,7 @@ SHOWN = 3  # example details kept per finding
 
 
 # check -> (severity, title, why it matters, what to do). Facts from the reference articles
-# (shared/reference/: AI-cluster NICs, lossless RoCE fabric design, network selection), in
+# (on AI-cluster NICs, lossless RoCE fabric design and network selection), in
 # our own words.
 CHECKS = {
     "ecn_off_on_pfc_priority": (

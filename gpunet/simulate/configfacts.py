@@ -1,4 +1,4 @@
-"""The configuration facts a node's exporter reports (issue 8), as constant gauges, and the
+"""The configuration facts a node's exporter reports, as constant gauges, and the
 configuration faults that change them on chosen nodes (--config-fault, params.ConfigFaultSpec).
 
 Healthy by default, as a well-run RoCE fabric is set up: PFC on the RoCE priority only, ECN

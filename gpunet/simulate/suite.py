@@ -7,10 +7,9 @@ Every trace is one `gpunet-simulate` command line (the same parser as the CLI), 
 labels.json note carries the exact command that made it, and regeneration is deterministic
 (same seeds, same bytes: the gzip stream has no timestamp).
 
-The evaluation suite draws new seeds and parameters from --seed and covers what issue 5's
-"Must show" asks: every class, healthy traces with confounders, two-incident and overlapping
-traces, subtle faults adding 5-8 points of GPU idle, single culprits among 64-128 nodes, 60 s
-scrapes with 3-5 minute incidents, congestion without ECN, loss over TCP. It writes
+The evaluation suite draws new seeds and parameters from --seed and covers every class,
+healthy traces with confounders, two-incident and overlapping traces, subtle faults adding
+5-8 points of GPU idle, single culprits among 64-128 nodes, 60 s scrapes with 3-5 minute incidents, congestion without ECN, loss over TCP. It writes
 manifest.json (name, command, tags, incidents) beside the traces.
 """
 
