@@ -9,8 +9,8 @@ labels.json note carries the exact command that made it, and regeneration is det
 
 The evaluation suite draws new seeds and parameters from --seed and covers every class,
 healthy traces with confounders, two-incident and overlapping traces, subtle faults adding
-5-8 points of GPU idle, single culprits among 64-128 nodes, 60 s scrapes with 3-5 minute incidents, congestion without ECN, loss over TCP. It writes
-manifest.json (name, command, tags, incidents) beside the traces.
+5-8 points of GPU idle, single culprits among 64-128 nodes, 60 s scrapes with 3-5 minute
+incidents, congestion without ECN, loss over TCP. It writes manifest.json (name, command, tags, incidents) beside the traces.
 """
 
 from __future__ import annotations
