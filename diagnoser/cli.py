@@ -28,6 +28,17 @@ def parse_count(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a count: {text!r} (e.g. 10B, 70e9, 350M)") from None
 
 
+def non_negative(text: str) -> float:
+    """A price: a finite number, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):  # also false for NaN
+        raise argparse.ArgumentTypeError(f"{text!r}: a finite number, 0 or more")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="diagnose", description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group()
@@ -50,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--audit", action="store_true",
                    help="only the configuration audit (PFC/ECN, NUMA, PCIe, speeds, MTU, bonds); fast")
     cost = p.add_argument_group("capacity and cost")
-    cost.add_argument("--gpu-hour-price", type=float, metavar="PRICE",
+    cost.add_argument("--gpu-hour-price", type=non_negative, metavar="PRICE",
                       help="what one GPU-hour costs: findings then say what their GPU idle cost")
     cost.add_argument("--currency", default="", help="currency of --gpu-hour-price, for the report (e.g. USD)")
     cost.add_argument("--model-params", type=parse_count, metavar="N",

@@ -59,9 +59,35 @@ def pod_pattern(text: str) -> str:
 
 def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"--listen {text!r}: expected [HOST]:PORT, e.g. :{DEFAULT_PORT}")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"--listen {text!r}: expected [HOST]:PORT with a port 1-65535, "
+                                         f"e.g. :{DEFAULT_PORT}")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+# A tick of 0, a negative one or NaN would busy-loop a core; a day is far beyond any use.
+MIN_INTERVAL, MAX_INTERVAL = 0.01, 86400.0
+
+
+def seconds(text: str) -> float:
+    """An interval in seconds: finite, at least MIN_INTERVAL, at most a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not MIN_INTERVAL <= value <= MAX_INTERVAL:  # also false for NaN
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds between {MIN_INTERVAL} and {MAX_INTERVAL:.0f}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least 1")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,12 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"address to serve on, [HOST]:PORT (default :{DEFAULT_PORT})")
     p.add_argument("--root", default="/", help="read the machine through this folder (contract section 6); "
                    "default /")
-    p.add_argument("--fast-interval", type=float, default=0.2,
+    p.add_argument("--fast-interval", type=seconds, default=0.2,
                    help="seconds between fast ticks: wire bytes, pauses, GPU activity (default 0.2)")
-    p.add_argument("--config-interval", type=float, default=30.0,
+    p.add_argument("--config-interval", type=seconds, default=30.0,
                    help="seconds between reads of configuration facts that change rarely: PFC, pause, trust, "
                         "ECN, PCIe links (default 30; at once when the NICs change)")
-    p.add_argument("--slow-interval", type=float, default=1.0,
+    p.add_argument("--slow-interval", type=seconds, default=1.0,
                    help="seconds between slow ticks: discovery and all other counters (default 1)")
     p.add_argument("--link-speed", type=parse_link_speed, action="append", default=[], metavar="DEV=SPEED",
                    help="override a NIC's link speed (e.g. veth0=200Mbit): for virtual interfaces, shaped "
@@ -104,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workload.slurm-dir", dest="workload_slurm_dir", default=None, metavar="DIR",
                    help="folder a Slurm prolog fills with one file per job and its GPUs (deploy/slurm/; default: "
                         f"{DEFAULT_DIR} under --root, skipped when absent)")
-    p.add_argument("--workload.interval", dest="workload_interval", type=float, default=10.0, metavar="SECONDS",
+    p.add_argument("--workload.interval", dest="workload_interval", type=seconds, default=10.0, metavar="SECONDS",
                    help="seconds between reads of the workload sources (kubelet, Slurm folder, GPU processes); "
                         "the last answer is served in between (default 10)")
     p.add_argument("--workload.pod-pattern", dest="workload_pod_pattern", type=pod_pattern,
@@ -114,9 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--web.config.file", dest="web_config_file", default=None, metavar="FILE",
                    help="TLS and basic auth, in the Prometheus exporter-toolkit format (node_exporter's); "
                         "SIGHUP reloads it")
-    p.add_argument("--web.max-requests", dest="web_max_requests", type=int, default=40,
+    p.add_argument("--web.max-requests", dest="web_max_requests", type=positive_int, default=40,
                    help="concurrent requests served; more get 503 (default 40)")
-    p.add_argument("--duration", type=float, default=1.0, help="seconds to sample for 'scrape' (default 1)")
+    p.add_argument("--duration", type=seconds, default=1.0, help="seconds to sample for 'scrape' (default 1)")
     p.add_argument("--openmetrics", action="store_true", help="'scrape' prints OpenMetrics")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.add_argument("--config", default=None, metavar="YAML",
