@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from procs import REPO
 
 ROOT = str(REPO / "tests" / "fixtures" / "nodes" / "roce-mlx5")
