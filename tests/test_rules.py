@@ -245,3 +245,19 @@ def test_network_bandwidth_without_gpu_series():
     assert d is not None and d.evidence["gpu_idle"] == "unknown (no GPU series)"
     assert check("network_bandwidth", window({"gpu_time": np.nan, "idle_frac": np.nan, "sat_frac_median": 0.2})) \
         is None
+
+
+# --- the text report, on hostile names -----------------------------------------------------
+
+def test_names_from_the_data_cannot_drive_the_terminal_or_inject_markup():
+    from diagnoser.model.report import Finding, Report, Summary
+    from diagnoser.render.text import render_text
+
+    hostile = "node-1\x1b[2J\x1b]0;pwned\x07<script>alert(1)</script>"
+    finding = Finding("straggler", "Straggler node", 0.0, 600.0, [hostile], ["eth0\x9b31m"], 0.9, 3600.0,
+                      {"node_gpu_idle": {hostile: 0.01}}, "replace the node")
+    report = Report("replay:x", Summary(0.0, 600.0, 8, 64, 0.2), [finding], notes=[f"note about {hostile}"])
+    text = render_text(report)
+    assert not any(ch in text for ch in "\x1b\x07\x9b") and "\\x1b[2J" in text
+    markdown = render_text(report, markdown=True)
+    assert "<script>" not in markdown and "&lt;script>" in markdown and "\x1b" not in markdown

@@ -3,6 +3,8 @@ from the report's structure (diagnoser/model/report.py), never from each other."
 
 from __future__ import annotations
 
+import re
+
 from diagnoser.model.report import AuditReport, ConfigFinding, Cost, Finding, JobSummary, Report, Summary
 from gpunet.window import rfc3339
 
@@ -46,7 +48,20 @@ def render_audit_text(report: AuditReport, markdown: bool = False) -> str:
     return _finish(lines, markdown)
 
 
+# Control characters (C0 but tab, DEL, C1: ANSI escapes among them) in what the data names
+# (instances, devices, notes) would drive the reader's terminal: shown escaped instead.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def safe(text: str, markdown: bool = False) -> str:
+    """A line of the report as it may be printed: control characters escaped; in markdown,
+    HTML tags neutralised (a label value `<script>` stays text in a rendered ticket)."""
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return text.replace("&", "&amp;").replace("<", "&lt;") if markdown else text
+
+
 def _finish(lines: list[str], markdown: bool) -> str:
+    lines = [safe(line, markdown) for line in lines]
     if markdown:  # bullets and paragraphs instead of the terminal's indentation
         lines = [line[len(INDENT):] if line.startswith(INDENT + "- ") else
                  ("\n" + line[len(INDENT):] if line.startswith(INDENT) else line) for line in lines]
