@@ -25,7 +25,7 @@ from diagnoser.analysis.jobs import Job, split, subset
 from diagnoser.analysis.nccl import annotate
 from diagnoser.model.frame import Frame
 from diagnoser.model.report import AuditReport, Finding, JobSummary, Report
-from diagnoser.sources import Progress, Source, read_config, read_frame, read_nccl
+from diagnoser.sources import Progress, Source, quiet, read_config, read_frame, read_nccl
 
 NO_GPU_NOTE = "no GPU series: network conditions are reported, their GPU impact is unknown"
 MAX_WARNINGS = 20  # of the source's warnings, carried in the report's notes
@@ -52,19 +52,18 @@ class _Diagnosis:
     notes: list[str] = field(default_factory=list)
 
 
-def diagnose(source: Source, options: Options = Options(), progress: Progress = lambda m: None) -> Report:
+def diagnose(source: Source, options: Options = Options(), progress: Progress = quiet) -> Report:
     """Read the source and diagnose its window. Raises SourceError, UnknownJob."""
     frame = read_frame(source, progress)
     return diagnose_frame(frame, options, read_nccl(source))
 
 
-def audit(source: Source, progress: Progress = lambda m: None) -> AuditReport:
+def audit(source: Source, progress: Progress = quiet) -> AuditReport:
     """Only the configuration audit of the source's window (fast: no runtime series)."""
     name, start, end, cfg = read_config(source, progress)
     configuration, notes = audit_configuration(cfg)
     nodes = set(cfg.nic.index.get_level_values("instance")) | set(cfg.gpu.index.get_level_values("instance"))
-    return AuditReport(name, round(start, 3), round(end, 3), len(nodes), configuration,
-                       [f"configuration: {n}" for n in notes])
+    return AuditReport(name, round(start, 3), round(end, 3), len(nodes), configuration, notes)
 
 
 def diagnose_frame(frame: Frame, options: Options = Options(), nccl: pd.DataFrame | None = None) -> Report:
@@ -84,9 +83,8 @@ def diagnose_frame(frame: Frame, options: Options = Options(), nccl: pd.DataFram
         job_of = {i: j.name for j in report.jobs or [] for i in j.instances}
         annotate(report.findings, report.notes, records, frame.instances, frame.start, frame.end, job_of)
     configuration, notes = audit_configuration(frame.config)
-    report.configuration = configuration
+    report.configuration, report.configuration_notes = configuration, notes
     cross_reference(report.findings, configuration)
-    report.notes += [f"configuration: {n}" for n in notes]
     if options.job:
         _only(report, options.job)
     if options.charts:
@@ -137,8 +135,7 @@ def _by_job(frame: Frame, jobs: list[Job], options: Options) -> tuple[Report, di
     summaries.sort(key=lambda j: (-j.gpu_idle_seconds_in_findings, -(j.summary.gpu_idle_fraction or 0), j.name))
     order = {j.name: k for k, j in enumerate(summaries)}
     findings.sort(key=lambda f: (order[str(f.job)], -(f.gpu_idle_seconds or 0.0)))
-    notes = [f"{j.name}: {n}" for j in summaries for n in j.notes]
-    notes += ([] if frame.has_gpus else [NO_GPU_NOTE]) + frame.warnings[:MAX_WARNINGS]
+    notes = ([] if frame.has_gpus else [NO_GPU_NOTE]) + frame.warnings[:MAX_WARNINGS]
     window = summary(whole)
     report = Report(frame.source, window, findings, jobs=summaries, notes=notes, has_gpus=frame.has_gpus)
     if frame.has_gpus:
@@ -147,13 +144,12 @@ def _by_job(frame: Frame, jobs: list[Job], options: Options) -> tuple[Report, di
 
 
 def _only(report: Report, name: str) -> None:
-    """The report of one job (`--job NAME`): its summary, cost, findings and notes."""
-    others = {j.name for j in report.jobs or [] if j.name != name}
+    """The report of one job (`--job NAME`): its summary, cost, findings and notes (other
+    jobs' notes go with their summaries)."""
     report.jobs = [j for j in report.jobs or [] if j.name == name]
     report.summary = report.jobs[0].summary
     report.cost = report.jobs[0].cost
     report.findings = [f for f in report.findings if f.job == name]
-    report.notes = [n for n in report.notes if n.split(": ", 1)[0] not in others]
 
 
 def _add_charts(report: Report, per_job: dict[str | None, Features]) -> None:

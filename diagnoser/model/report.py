@@ -144,8 +144,9 @@ class Report:
     summary: Summary
     findings: list[Finding]
     jobs: list[JobSummary] | None = None  # None: the cluster is one job found by behaviour
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # the cluster's; each job's are in its summary
     configuration: list[ConfigFinding] | None = None
+    configuration_notes: list[str] = field(default_factory=list)  # what the audit could not know
     capacity: dict | None = None
     cost: Cost | None = None
     has_gpus: bool = True
@@ -159,8 +160,8 @@ class Report:
         if self.jobs is not None:
             doc["jobs"] = [j.to_dict() for j in self.jobs]
         doc["findings"] = [f.to_dict() for f in self.findings]
-        if self.notes:
-            doc["notes"] = list(self.notes)
+        if notes := self.all_notes():
+            doc["notes"] = notes
         if self.configuration is not None:
             doc["configuration"] = [asdict(f) for f in self.configuration]
         if self.capacity is not None:
@@ -168,6 +169,11 @@ class Report:
         if self.cost is not None:
             doc["cost"] = self.cost.to_dict()
         return doc
+
+    def all_notes(self) -> list[str]:
+        """Every note as printed: each job's (named), the cluster's, the audit's."""
+        return ([f"{j.name}: {n}" for j in self.jobs or [] for n in j.notes] + self.notes
+                + [f"configuration: {n}" for n in self.configuration_notes])
 
 
 def rounded(x: float | None, digits: int) -> float | None:
@@ -183,11 +189,14 @@ class AuditReport:
     end: float
     nodes: int
     configuration: list[ConfigFinding]
-    notes: list[str] = field(default_factory=list)
+    configuration_notes: list[str] = field(default_factory=list)  # what the audit could not know
 
     def to_dict(self) -> dict:
         doc: dict = {"source": self.source, "start": self.start, "end": self.end, "nodes": self.nodes,
                      "configuration": [asdict(f) for f in self.configuration]}
-        if self.notes:
-            doc["notes"] = list(self.notes)
+        if notes := self.all_notes():
+            doc["notes"] = notes
         return doc
+
+    def all_notes(self) -> list[str]:
+        return [f"configuration: {n}" for n in self.configuration_notes]

@@ -33,9 +33,9 @@ def render_text(report: Report, markdown: bool = False) -> str:
             lines += _job(job, [f for f in report.findings if f.job == job.name], h2, h3)
         lines += _cost(report.cost, h2, "Cluster cost, all jobs")
     if report.configuration is not None:
-        lines += configuration_lines(report.configuration, report.notes, h2, h3)
+        lines += configuration_lines(report.configuration, bool(report.configuration_notes), h2, h3)
     shown = NOTES_SHOWN if report.jobs is None else NOTES_SHOWN_JOBS
-    lines += [f"note: {note}" for note in report.notes[:shown]]
+    lines += [f"note: {note}" for note in report.all_notes()[:shown]]
     return _finish(lines, markdown)
 
 
@@ -43,8 +43,8 @@ def render_audit_text(report: AuditReport, markdown: bool = False) -> str:
     h1, h2, h3 = ("# ", "## ", "### ") if markdown else ("", "", "")
     lines = [f"{h1}gpunet configuration audit of {report.source}",
              f"window {rfc3339(report.start)} .. {rfc3339(report.end)}, {report.nodes} nodes", ""]
-    lines += configuration_lines(report.configuration, report.notes, h2, h3)
-    lines += [f"note: {note}" for note in report.notes[:NOTES_SHOWN_JOBS]]
+    lines += configuration_lines(report.configuration, bool(report.configuration_notes), h2, h3)
+    lines += [f"note: {note}" for note in report.all_notes()[:NOTES_SHOWN_JOBS]]
     return _finish(lines, markdown)
 
 
@@ -134,13 +134,12 @@ def _cost(cost: Cost | None, h: str, label: str) -> list[str]:
     return [line, ""]
 
 
-def configuration_lines(found: list[ConfigFinding], notes: list[str], h2: str = "", h3: str = "") -> list[str]:
+def configuration_lines(found: list[ConfigFinding], unknowns: bool, h2: str = "", h3: str = "") -> list[str]:
     """The "Configuration" section: counts and the first few nodes, readable on one screen
     for hundreds of nodes."""
     lines = [f"{h2}Configuration" + (f" ({len(found)} findings)" if found else "")]
     if not found:
-        unknown = any(n.startswith("configuration:") for n in notes)
-        lines.append("No configuration finding in what is known (see the notes)." if unknown
+        lines.append("No configuration finding in what is known (see the notes)." if unknowns
                      else "No configuration finding.")
     for n, f in enumerate(found, 1):
         devices = sum(len(d) for d in f.devices.values())

@@ -56,18 +56,23 @@ class Source:
 Progress = Callable[[str], None]
 
 
-def _quiet(message: str) -> None:
-    pass
+def quiet(message: str) -> None:
+    """The default progress: say nothing."""
 
 
-def read_frame(source: Source, progress: Progress = _quiet) -> Frame:
+def _from_trace(source: Source, progress: Progress, wanted: frozenset[str] | None = None) -> Frame:
+    """The trace's frame; its window ends at its last sample unless --end says otherwise."""
+    return frame_from_trace(str(source.replay), parse_duration(source.since) if source.since else None,
+                            parse_time(source.start) if source.start else None,
+                            parse_time(source.end) if source.end else None,
+                            warn=lambda m: progress(f"warning: {m}"), wanted=wanted)
+
+
+def read_frame(source: Source, progress: Progress = quiet) -> Frame:
     """The tidy frame of the source's window."""
     try:
         if source.replay:
-            return frame_from_trace(source.replay, parse_duration(source.since) if source.since else None,
-                                    parse_time(source.start) if source.start else None,
-                                    parse_time(source.end) if source.end else None,
-                                    warn=lambda m: progress(f"warning: {m}"))
+            return _from_trace(source, progress)
         start, end = resolve(source.since, source.start, source.end)
         return asyncio.run(_from_server(source, start, end, progress))
     except (TraceError, PromError, ValueError, OSError) as e:
@@ -79,16 +84,13 @@ async def _from_server(source: Source, start: float, end: float, progress: Progr
         return await frame_from_prometheus(client, start, end, progress)
 
 
-def read_config(source: Source, progress: Progress = _quiet) -> tuple[str, float, float, ConfigSnapshot]:
+def read_config(source: Source, progress: Progress = quiet) -> tuple[str, float, float, ConfigSnapshot]:
     """Only the configuration facts of the window: (source name, start, end, snapshot).
     A trace's other families are skipped unparsed; a server answers one instant query per
     configuration metric."""
     try:
         if source.replay:
-            frame = frame_from_trace(source.replay, parse_duration(source.since) if source.since else None,
-                                     parse_time(source.start) if source.start else None,
-                                     parse_time(source.end) if source.end else None,
-                                     warn=lambda m: progress(f"warning: {m}"), wanted=CONFIG_METRICS)
+            frame = _from_trace(source, progress, CONFIG_METRICS)
             return frame.source, frame.start, frame.end, frame.config
         start, end = resolve(source.since, source.start, source.end)
         return source.name, start, end, asyncio.run(_config_from_server(source, start, end))

@@ -1,14 +1,16 @@
 """Collectors: one per source, each turns readings into contract samples.
 
 Each module registers its collector when imported (exporter/collector_registry.py); this
-package imports them all, so importing it registers every collector. Within a tick the
-collectors run in this import order.
+package imports them all, so importing it registers every collector. Collectors are
+independent of each other within a tick, so their order does not matter; the one exception,
+the wire collector that link_load derives the network state from, is run first by the
+sampler because it registered with feeds_link_load.
 """
 
 from exporter.collectors import (
     bond,  # noqa: F401
     driver_stats,  # noqa: F401
-    gpu,  # noqa: F401  (fast)
+    gpu,  # noqa: F401
     gpu_details,  # noqa: F401
     gpu_workload,  # noqa: F401
     netdev,  # noqa: F401
@@ -17,5 +19,5 @@ from exporter.collectors import (
     qos,  # noqa: F401
     rdma,  # noqa: F401
     tcp,  # noqa: F401
-    wire,  # noqa: F401  (fast; feeds link_load, so it runs first)
+    wire,  # noqa: F401
 )
