@@ -11,6 +11,7 @@ import os
 import sys
 
 from diagnoser.analysis.capacity import ModelSize
+from diagnoser.model.report import FINDINGS, HEALTHY
 from diagnoser.pipeline import Options, UnknownJob, audit, diagnose
 from diagnoser.render import FORMATS, render
 from diagnoser.render.html_report import render_html
@@ -56,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="NCCL inspector Prometheus dump (NCCL_INSPECTOR_PROM_DUMP: a .prom file or its folder); "
                         "per-rank bus bandwidth as a straggler and link signal. Repeatable")
     add_connection_arguments(p)
-    p.add_argument("--fail-on-findings", action="store_true", help="exit 3 when something was found")
+    p.add_argument("--fail-on-findings", action="store_true",
+                   help="exit 3 when the verdict is findings, 4 when it is inconclusive (0: healthy)")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
     p.add_argument("--audit", action="store_true",
                    help="only the configuration audit (PFC/ECN, NUMA, PCIe, speeds, MTU, bonds); fast")
@@ -101,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(render_html(report))
     print(render(report, args.format), end="")
-    return 3 if args.fail_on_findings and report.findings else 0
+    if args.fail_on_findings and report.verdict != HEALTHY:
+        return 3 if report.verdict == FINDINGS else 4
+    return 0
 
 
 if __name__ == "__main__":

@@ -23,11 +23,19 @@ from diagnoser.analysis.findings import cost, findings_of, price_findings, summa
 from diagnoser.analysis.incidents import incidents_of
 from diagnoser.analysis.jobs import Job, split, subset
 from diagnoser.analysis.nccl import annotate
+from diagnoser.analysis.rules import rule
+from diagnoser.analysis.verdict import (
+    enough_windows,
+    missing_data,
+    too_few_peers,
+    unexplained_idle,
+    unplaced_series,
+    verdict,
+)
 from diagnoser.model.frame import Frame
-from diagnoser.model.report import AuditReport, Finding, JobSummary, Report
+from diagnoser.model.report import HEALTHY, AuditReport, Finding, JobSummary, Report
 from diagnoser.sources import Progress, Source, quiet, read_config, read_frame, read_nccl
 
-NO_GPU_NOTE = "no GPU series: network conditions are reported, their GPU impact is unknown"
 MAX_WARNINGS = 20  # of the source's warnings, carried in the report's notes
 
 
@@ -50,6 +58,8 @@ class _Diagnosis:
     features: Features
     findings: list[Finding]
     notes: list[str] = field(default_factory=list)
+    verdict: str = HEALTHY
+    reasons: list[str] = field(default_factory=list)  # why no verdict could be given
 
 
 def diagnose(source: Source, options: Options = Options(), progress: Progress = quiet) -> Report:
@@ -93,18 +103,26 @@ def diagnose_frame(frame: Frame, options: Options = Options(), nccl: pd.DataFram
 
 
 def analyse(frame: Frame) -> _Diagnosis:
-    """features -> classification -> incidents -> findings, on one job's frame."""
+    """features -> classification -> incidents -> findings -> verdict, on one job's frame.
+    A window too short to compare is not classified at all: its verdict says why."""
     features = compute(frame)
-    incidents, notes = incidents_of(classify(features), frame.step)
-    return _Diagnosis(features, findings_of(incidents, frame.has_gpus), notes)
+    incidents, notes = incidents_of(classify(features), frame.step) if enough_windows(frame) else ([], [])
+    findings = findings_of(incidents, frame.has_gpus, judged_until=float(frame.windows[-1] + frame.step))
+    reasons = missing_data(frame, features)
+    if not findings:
+        reasons += unexplained_idle(features, findings)
+    elif reasons:  # findings stand; what could not be seen goes with them as notes
+        notes, reasons = notes + reasons, []
+    return _Diagnosis(features, findings, notes + too_few_peers(features), verdict(findings, reasons), reasons)
 
 
 def _whole(frame: Frame, options: Options) -> tuple[Report, dict[str | None, Features]]:
     d = analyse(frame)
-    notes = d.notes + ([] if frame.has_gpus else [NO_GPU_NOTE]) + frame.warnings[:MAX_WARNINGS]
+    notes = d.notes + frame.warnings[:MAX_WARNINGS]
     window = summary(d.features)
     report = Report(frame.source, window, d.findings, notes=notes, has_gpus=frame.has_gpus,
-                    capacity=advise(d.features, options.model))
+                    capacity=advise(d.features, options.model, _other_causes(d.findings)), verdict=d.verdict,
+                    inconclusive_reasons=d.reasons)
     if frame.has_gpus:
         price_findings(report.findings, options.gpu_hour_price)
         report.cost = cost(d.features, window, report.findings, options.gpu_hour_price, options.currency)
@@ -125,8 +143,8 @@ def _by_job(frame: Frame, jobs: list[Job], options: Options) -> tuple[Report, di
             f.job = job.name
         entry = JobSummary(job.name, job.how, window, job.instances, len(d.findings),
                            round(sum(f.gpu_idle_seconds or 0.0 for f in d.findings), 1),
-                           capacity=advise(d.features, options.model),
-                           notes=[*d.notes, *job.notes])
+                           capacity=advise(d.features, options.model, _other_causes(d.findings)),
+                           notes=[*d.notes, *job.notes], verdict=d.verdict, inconclusive_reasons=d.reasons)
         if d.features.frame.has_gpus:
             price_findings(d.findings, options.gpu_hour_price)
             entry.cost = cost(d.features, window, d.findings, options.gpu_hour_price, options.currency)
@@ -135,12 +153,20 @@ def _by_job(frame: Frame, jobs: list[Job], options: Options) -> tuple[Report, di
     summaries.sort(key=lambda j: (-j.gpu_idle_seconds_in_findings, -(j.summary.gpu_idle_fraction or 0), j.name))
     order = {j.name: k for k, j in enumerate(summaries)}
     findings.sort(key=lambda f: (order[str(f.job)], -(f.gpu_idle_seconds or 0.0)))
-    notes = ([] if frame.has_gpus else [NO_GPU_NOTE]) + frame.warnings[:MAX_WARNINGS]
+    notes = frame.warnings[:MAX_WARNINGS]
     window = summary(whole)
-    report = Report(frame.source, window, findings, jobs=summaries, notes=notes, has_gpus=frame.has_gpus)
+    reasons = unplaced_series(frame) + [f"{j.name}: {r}" for j in summaries for r in j.inconclusive_reasons]
+    report = Report(frame.source, window, findings, jobs=summaries, notes=notes, has_gpus=frame.has_gpus,
+                    verdict=verdict(findings, reasons), inconclusive_reasons=[] if findings else reasons)
     if frame.has_gpus:
         report.cost = cost(whole, window, findings, options.gpu_hour_price, options.currency)
     return report, per_job
+
+
+def _other_causes(findings: list[Finding]) -> list[Finding]:
+    """Findings whose idle faster links would not give back: every class but those that
+    make GPUs wait on links at line rate."""
+    return [f for f in findings if rule(f.cls).waits_in != "saturated"]
 
 
 def _only(report: Report, name: str) -> None:
@@ -150,6 +176,7 @@ def _only(report: Report, name: str) -> None:
     report.summary = report.jobs[0].summary
     report.cost = report.jobs[0].cost
     report.findings = [f for f in report.findings if f.job == name]
+    report.verdict, report.inconclusive_reasons = report.jobs[0].verdict, report.jobs[0].inconclusive_reasons
 
 
 def _add_charts(report: Report, per_job: dict[str | None, Features]) -> None:

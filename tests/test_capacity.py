@@ -120,7 +120,11 @@ def test_cost_follows_the_price_and_the_gpu_time(tmp_path, capsys):
     for f in doc["findings"]:
         assert f["cost"] == pytest.approx(f["gpu_idle_seconds"] / 3600 * 3, abs=0.01)
     assert cost["lost"] == pytest.approx(cost["gpu_hours_lost_to_findings"] * 3, abs=0.03)  # hours are rounded
-    assert cost["lost_per_day"] == pytest.approx(cost["lost"] * 86400 / (doc["end"] - doc["start"]), rel=0.01)
+    # Per day: what still goes on at the window's end, at its own rate (the job is network-bound throughout).
+    ongoing = [f for f in doc["findings"] if f["ongoing"]]
+    assert ongoing, doc["findings"]
+    per_day = sum(f["gpu_idle_seconds"] / (f["end"] - f["start"]) for f in ongoing) * 86400 / 3600 * 3
+    assert cost["lost_per_day"] == pytest.approx(per_day, rel=0.01)
     # Without a price: hours, no money.
     plain = diagnosis(path, capsys)
     assert "lost" not in plain["cost"] and all("cost" not in f for f in plain["findings"])
@@ -170,3 +174,16 @@ def test_one_node_job_moves_nothing_over_the_fabric(tmp_path, capsys):
     write_trace(simulate(spec_from_args(args)), args.out)
     cap = diagnosis(args.out, capsys, "--model-params", "7B")["capacity"]
     assert cap["model"]["allreduce_bytes_per_node"] == 0
+
+
+def test_an_incident_that_ended_costs_what_it_cost_and_nothing_a_day(capsys):
+    """The storm ended minutes before the trace does: whatever window is asked for, the cost
+    per day is zero and the storm's cost is the same."""
+    costs = set()
+    for since in ("25m", "29m", "30m"):
+        doc = diagnosis("replay_data/pfc_storm.om.gz", capsys, "--since", since)
+        (storm,) = doc["findings"]
+        assert not storm["ongoing"]
+        assert doc["cost"]["gpu_hours_lost_per_day"] == 0
+        costs.add(storm["gpu_idle_seconds"])
+    assert len(costs) == 1, costs

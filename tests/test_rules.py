@@ -44,7 +44,9 @@ def window(cluster: dict | None = None, nodes: dict[str, dict] | None = None, ni
     nic = pd.DataFrame.from_dict(nic_rows, orient="index")
     nic.index = pd.MultiIndex.from_tuples(nic.index, names=["instance", "device"])
     explains = {name: r.explains for name, r in RULES.items()}
-    ctx = WindowContext(0.0, pd.Series({**CLUSTER_HEALTHY, **(cluster or {})}), node, nic, BASELINE, SPEED,
+    figures = {**CLUSTER_HEALTHY, **(cluster or {})}
+    figures.setdefault("idle_quiet_sustained", figures["idle_quiet_frac"])  # quiet idle through the window
+    ctx = WindowContext(0.0, pd.Series(figures), node, nic, BASELINE, SPEED,
                         gpu if gpu is not None else pd.DataFrame(), 20.0, {}, explains)
     for name in found:
         ctx.found[name] = Detection([NODES[0]] if RULES[name].localised else [], [], 0.9, {})
@@ -178,7 +180,9 @@ def test_gpu_throttle_below_a_quarter_of_the_time_is_not_a_finding():
 def test_straggler_is_the_node_its_peers_wait_for():
     ctx = window({"idle_frac": 0.27}, {NODES[2]: {"idle_frac": 0.02, "idle_frac_z": -9.0}})
     d = check("straggler", ctx)
-    assert d is not None and d.nodes == [NODES[2]] and d.evidence["peer_median_gpu_idle"] == 0.2
+    assert d is not None and d.nodes == [NODES[2]]
+    figures = d.evidence["node_gpu_idle"][NODES[2]]
+    assert figures["value"] == 0.02 and figures["peers_median"] == 0.2 and figures["ratio"] == pytest.approx(0.1)
 
 
 def test_a_node_with_a_cause_of_its_own_is_no_straggler():

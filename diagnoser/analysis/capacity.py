@@ -15,11 +15,14 @@ the need is given as a range. Given a model size, the ring all-reduce arithmetic
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from diagnoser.analysis.features import Features
+from diagnoser.model.report import Finding, rounded
 
 UPGRADE_PATH_GBPS = (25, 100, 200, 400, 800)  # per NIC (port), the Ethernet/InfiniBand generations
 TARGET_NETWORK_IDLE = 0.05  # GPU idle spent waiting on saturated links that is worth having
@@ -89,12 +92,16 @@ def _gb(x: float) -> str:
     return f"{x / 1e9:.3g} GB"
 
 
-def advise(features: Features, model: ModelSize | None = None) -> dict | None:
+def advise(features: Features, model: ModelSize | None = None, other_causes: Sequence[Finding] = ()) -> dict | None:
     """The capacity section of the report, or None where the source has no GPU time or no
-    fabric speed (nothing to size)."""
+    fabric speed (nothing to size). The windows of `other_causes` (findings that explain the
+    idle otherwise: a throttled or slow node, a storm, an input stall) are left out: faster
+    links would not give that idle back."""
     frame = features.frame
-    n = frame.node
-    gpu_time = float(features.node["gpu_time"].sum(min_count=1))
+    explained = _explained(frame.node.index.get_level_values("window").to_numpy(), other_causes)
+    n = frame.node[~explained]
+    node_gpu_time = features.node["gpu_time"][~explained]
+    gpu_time = float(node_gpu_time.sum(min_count=1))
     speed = float(np.nanmedian(frame.fabric_speed_median)) if frame.fabric_speed_median is not None and \
         np.isfinite(frame.fabric_speed_median).any() else float("nan")
     if not (np.isfinite(gpu_time) and gpu_time > 0 and np.isfinite(speed) and speed > 0):
@@ -105,6 +112,7 @@ def advise(features: Features, model: ModelSize | None = None) -> dict | None:
     nics_per_node = float(np.nanmedian(per_node["fabric_nics"].max())) if n["fabric_nics"].notna().any() else 1.0
     gpus_per_node = gpus / nodes if nodes else float("nan")
     idle_saturated = float(np.nansum(n["idle_saturated"])) / gpu_time
+    noise = _noise(n["idle_saturated"], node_gpu_time)  # NaN with fewer than 2 windows
     idle_paused = float(np.nansum(n["idle_paused"])) / gpu_time
     # Time the node's fabric ran at line rate (any NIC, either direction), per node-second
     # observed: the exporter's own network_state, not a sum over NICs and directions.
@@ -115,10 +123,13 @@ def advise(features: Features, model: ModelSize | None = None) -> dict | None:
     out: dict = {"nic_speed_gbps": round(gbps, 1), "fabric_nics_per_node": round(nics_per_node, 2),
                  "gpus": gpus, "gpus_per_node": round(gpus_per_node, 2),
                  "gpu_idle_saturated_fraction": round(idle_saturated, 4),
+                 "gpu_idle_saturated_noise": rounded(noise, 4),
+                 "windows_left_out": int(len(np.unique(frame.node.index.get_level_values("window")[explained]))),
                  "gpu_idle_paused_fraction": round(idle_paused, 4),
                  "saturated_time_fraction": round(saturated, 4) if np.isfinite(saturated) else None,
                  "target_network_idle": TARGET_NETWORK_IDLE}
-    arithmetic = [f"GPU idle while the links ran at line rate: {100 * idle_saturated:.1f}% of GPU time "
+    arithmetic = [f"GPU idle while the links ran at line rate: {100 * idle_saturated:.1f}% "
+                  f"(+/- {100 * noise:.1f}% window to window) of GPU time "
                   f"(target under {100 * TARGET_NETWORK_IDLE:.0f}%); links at line rate "
                   + (f"{100 * saturated:.1f}% of the time" if np.isfinite(saturated) else "for an unknown share "
                      "of the time (no network_state series)")]
@@ -160,6 +171,9 @@ def advise(features: Features, model: ModelSize | None = None) -> dict | None:
                               f"{_gb(per_gpu)} expected per all-reduce: "
                               f"{out['bytes_per_burst_per_node'] / per_gpu:.2f} all-reduces per burst")
 
+    if out["windows_left_out"]:
+        arithmetic.append(f"{out['windows_left_out']} window(s) of findings with another cause left out: faster "
+                          "links would not give that idle back")
     if idle_saturated < MIN_SATURATED_IDLE or not np.isfinite(saturated) or saturated <= 0:
         out["verdict"] = (f"the links are not what GPUs wait for: {100 * idle_saturated:.1f}% GPU idle at line "
                           f"rate; no upgrade needed for this job")
@@ -178,7 +192,12 @@ def advise(features: Features, model: ModelSize | None = None) -> dict | None:
         out["needed_gbps_per_nic_at_least"] = round(low_gbps, 1)
         out["upgrade_to"] = upgrade_step(high_gbps, gbps)
         out["may_suffice"] = upgrade_step(low_gbps, gbps)
-        if high_gbps > gbps:
+        if high_gbps > gbps and idle_saturated - np.nan_to_num(noise) <= TARGET_NETWORK_IDLE:
+            out["upgrade_to"] = out["may_suffice"] = None
+            out["verdict"] = (f"{100 * idle_saturated:.1f}% +/- {100 * noise:.1f}% GPU idle at line rate: within "
+                              f"the noise of the {100 * TARGET_NETWORK_IDLE:.0f}% target; no upgrade follows from "
+                              f"this window")
+        elif high_gbps > gbps:
             rails = math.ceil(nics_per_node * high_gbps / gbps - 1e-9)
             if np.isfinite(gpus_per_node) and rails <= max(gpus_per_node, nics_per_node):
                 out["or_rails_per_node"] = rails
@@ -186,7 +205,8 @@ def advise(features: Features, model: ModelSize | None = None) -> dict | None:
                                   f"{nics_per_node:.0f} (one NIC per GPU at most, each on its GPU's NUMA node)")
             maybe = f" ({out['may_suffice']} may do)" if out["may_suffice"] != out["upgrade_to"] else ""
             bound = "network-bound" if idle_saturated >= 2 * TARGET_NETWORK_IDLE else "slightly network-bound"
-            out["verdict"] = (f"{bound} over the window: {100 * idle_saturated:.1f}% GPU idle at line rate; "
+            out["verdict"] = (f"{bound} over the window: {100 * idle_saturated:.1f}% +/- {100 * noise:.1f}% GPU "
+                              f"idle at line rate; "
                               f"{low_gbps:.0f} to {high_gbps:.0f} Gb/s per NIC would bring it under "
                               f"{100 * TARGET_NETWORK_IDLE:.0f}%: {out['upgrade_to']}{maybe}")
         else:
@@ -198,3 +218,21 @@ def advise(features: Features, model: ModelSize | None = None) -> dict | None:
                           f"that is congestion or a storm, which faster links do not cure")
     out["arithmetic"] = arithmetic
     return out
+
+
+def _explained(windows: np.ndarray, findings: Sequence[Finding]) -> np.ndarray:
+    """Rows (by their window) inside one of the findings."""
+    mask = np.zeros(len(windows), dtype=bool)
+    for f in findings:
+        mask |= (windows >= f.start - 1e-6) & (windows < f.end - 1e-6)
+    return mask
+
+
+def _noise(idle_saturated: pd.Series, gpu_time: pd.Series) -> float:
+    """Two standard errors of the window-to-window GPU idle at line rate: how far the
+    figure could move with the window asked for."""
+    by = idle_saturated.groupby(level="window").sum(min_count=1) / gpu_time.groupby(level="window").sum(min_count=1)
+    by = by.dropna()
+    if len(by) < 2:
+        return float("nan")
+    return float(2 * by.std(ddof=1) / math.sqrt(len(by)))

@@ -38,11 +38,12 @@ def windows(f: Features) -> list[WindowContext]:
     """The context of every window that holds node features, with its detections empty."""
     base = baseline(f)
     node, nic = f.node, f.nic
-    used = None
+    seen = None
     if len(nic):
-        # NICs that ever carried traffic or were ever up: a spare port down all along is not a fault.
-        seen = nic.groupby(level=["instance", "device"]).agg(bytes=("bytes", "sum"), up=("up", "max"))
-        used = seen[(seen["bytes"] > 0) | (seen["up"] > 0)].index
+        # Over the whole range: NICs that ever carried traffic or were ever up (a spare port
+        # down all along is not a fault), and the fastest each ever ran (a link that fell).
+        seen = nic.groupby(level=["instance", "device"]).agg(bytes=("bytes", "sum"), up=("up", "max"),
+                                                              top_speed=("speed", "max"))
     speed_median = f.frame.fabric_speed_median
     gpu = f.frame.gpu
     out = []
@@ -52,8 +53,10 @@ def windows(f: Features) -> list[WindowContext]:
         except KeyError:
             continue
         nicw = _at(nic, w)
-        if used is not None:
-            nicw = nicw.assign(in_use=nicw.index.isin(used))
+        if seen is not None:
+            used = seen[(seen["bytes"] > 0) | (seen["up"] > 0)].index
+            nicw = nicw.assign(in_use=nicw.index.isin(used),
+                               top_speed=seen["top_speed"].reindex(nicw.index).to_numpy())
         median = float(speed_median[k]) if speed_median is not None and k < len(speed_median) else float("nan")
         out.append(WindowContext(float(w), g, nw, nicw, base, median, gpu, f.frame.step, {}, EXPLAINS))
     return out
@@ -101,5 +104,6 @@ def _finding(ctx: WindowContext, name: str, d: Detection) -> WindowFinding:
     if ctx.has_gpu and state is not None:
         cost = max(cost, float(np.nan_to_num(g[f"idle_{state}_frac"])) * float(g["gpu_time"]))
     confidence = float(np.clip(d.confidence, MIN_CONFIDENCE, MAX_CONFIDENCE))
+    effect = d.effect if d.effect is not None else dict.fromkeys(d.nodes, 1.0)
     return WindowFinding(ctx.window, name, list(d.nodes), list(d.devices), confidence, cost,
-                         {k: plain(v) for k, v in d.evidence.items()})
+                         {k: plain(v) for k, v in d.evidence.items()}, dict(effect))

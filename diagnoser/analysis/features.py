@@ -65,6 +65,7 @@ def compute(frame: Frame) -> Features:
         # congestion marks many more for the same traffic.
         f["ecn_per_gb"] = (n["ecn"].fillna(0) + n["cnp_sent"].fillna(0)) / ((n["tx_bytes"] + n["rx_bytes"]) / 1e9)
         f["loss_rate"] = n["rdma_loss"] / step
+        f["rx_error_rate"] = n["rx_errors"] / step
         f["retrans_ratio"] = n["tcp_retrans"] / n["tcp_sent"].where(n["tcp_sent"] > 0)
         f["throttle_frac"] = n["throttled"] / (n["gpus"] * step).replace(0, np.nan)
         f["bytes_rate"] = (n["tx_bytes"] + n["rx_bytes"]) / step

@@ -14,14 +14,16 @@ SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0
 
 
-def findings_of(incidents: list[Incident], has_gpus: bool, job: str | None = None) -> list[Finding]:
-    """Incidents as findings, with their class's title and remediation (its record)."""
+def findings_of(incidents: list[Incident], has_gpus: bool, job: str | None = None,
+                judged_until: float = float("inf")) -> list[Finding]:
+    """Incidents as findings, with their class's title and remediation (its record); those
+    that reach the last window judged (`judged_until`) are still going on."""
     out = []
     for i in incidents:
         record = rule(i.cls)
         out.append(Finding(i.cls, record.title, round(i.start, 3), round(i.end, 3), i.nodes, i.devices,
                            round(i.confidence, 2), round(i.gpu_idle_seconds, 1) if has_gpus else None,
-                           i.evidence, record.remediation, job))
+                           i.evidence, record.remediation, job, ongoing=i.end >= judged_until - 1e-6))
     return out
 
 
@@ -31,6 +33,8 @@ def summary(features: Features) -> Summary:
     gpus = frame.node["gpus"].groupby(level="instance").max()
     total = g["gpu_time"].sum(min_count=1)
     idle = (g["idle_frac"] * g["gpu_time"]).sum(min_count=1)
+    if frame.gpu_seconds is not None and sum(frame.gpu_seconds) > 0:  # the whole range, partial windows too
+        total, idle = sum(frame.gpu_seconds), frame.gpu_seconds[1]
     fraction = rounded(idle / total, 4) if total and np.isfinite(total) and total > 0 else None
     return Summary(round(frame.start, 3), round(frame.end, 3), len(frame.instances),
                    int(np.nansum(gpus)) if len(gpus) else 0, fraction)
@@ -50,15 +54,20 @@ def cost(features: Features, window: Summary, findings: list[Finding], price: fl
     """The GPU-hours of the window, those idle and those lost to the findings, so that what
     a slow network costs can be set against what an upgrade costs; None without GPU time."""
     gpu_time = float(features.node["gpu_time"].sum(min_count=1))
+    if features.frame.gpu_seconds is not None and sum(features.frame.gpu_seconds) > 0:
+        gpu_time = sum(features.frame.gpu_seconds)  # the whole range, partial windows too
     if not np.isfinite(gpu_time) or gpu_time <= 0:
         return None
     idle = gpu_time * (window.gpu_idle_fraction or 0.0)
     lost = min(sum(f.gpu_idle_seconds or 0.0 for f in findings), idle)
-    per_day = SECONDS_PER_DAY / max(window.end - window.start, 1.0)
     hours = lost / SECONDS_PER_HOUR
+    # Per day: only what still goes on at the window's end, at its own rate. An incident that
+    # ended cost what it cost; it costs nothing more tomorrow.
+    per_day = sum((f.gpu_idle_seconds or 0.0) / max(f.end - f.start, 1.0) for f in findings if f.ongoing) \
+        * SECONDS_PER_DAY / SECONDS_PER_HOUR
     out = Cost(round(gpu_time / SECONDS_PER_HOUR, 2), round(idle / SECONDS_PER_HOUR, 2), round(hours, 2),
-               round(hours * per_day, 1))
+               round(per_day, 1))
     if price is not None:
         out.gpu_hour_price, out.currency = price, currency
-        out.lost, out.lost_per_day = round(hours * price, 2), round(hours * per_day * price, 2)
+        out.lost, out.lost_per_day = round(hours * price, 2), round(per_day * price, 2)
     return out

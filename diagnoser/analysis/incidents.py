@@ -11,6 +11,9 @@ from diagnoser.model.findings import Incident, WindowFinding
 
 MAX_GAP_WINDOWS = 1  # a single quiet window inside an incident does not split it
 MIN_SECONDS = 60.0  # shorter blips (a few retransmits in one 20 s window) are not incidents
+# A culprit carries at least half as much of the effect, over the incident, as the worst one
+# (as within one window: the rules name nodes at half the worst node's figure or more).
+CULPRIT_SHARE = 0.5
 
 
 def merge(findings: list[WindowFinding], step: float) -> list[Incident]:
@@ -38,7 +41,7 @@ def merge(findings: list[WindowFinding], step: float) -> list[Incident]:
                 break
         if target is None:
             incident = Incident(f.cls, f.window, f.window + step, list(f.nodes), list(f.devices), f.confidence,
-                                _num(f.idle_seconds), 1, dict(f.evidence))
+                                _num(f.idle_seconds), 1, dict(f.evidence), dict(f.effect))
             incidents.append(incident)
             candidates.append((incident, f.window, set(f.nodes)))
             continue
@@ -49,6 +52,8 @@ def merge(findings: list[WindowFinding], step: float) -> list[Incident]:
         incident.confidence = (incident.confidence * incident.windows + f.confidence) / (incident.windows + 1)
         incident.gpu_idle_seconds += _num(f.idle_seconds)
         incident.windows += 1
+        for node, effect in f.effect.items():
+            incident.effect[node] = incident.effect.get(node, 0.0) + effect
         if _num(f.idle_seconds) >= _num(incident.evidence.get("_peak_idle", 0)):
             incident.evidence = dict(f.evidence)  # show the worst window's figures
             incident.evidence["_peak_idle"] = _num(f.idle_seconds)
@@ -57,9 +62,19 @@ def merge(findings: list[WindowFinding], step: float) -> list[Incident]:
     incidents = [i for i in incidents if i.end - i.start >= MIN_SECONDS - 1e-6]
     for incident in incidents:
         incident.evidence.pop("_peak_idle", None)
-        if not RULES[incident.cls].localised:
-            incident.nodes = []
+        incident.nodes = ranked_culprits(incident) if RULES[incident.cls].localised else []
     return sorted(incidents, key=lambda i: -i.gpu_idle_seconds if i.gpu_idle_seconds == i.gpu_idle_seconds else 0)
+
+
+def ranked_culprits(incident: Incident) -> list[str]:
+    """The incident's culprits, the one that carries the most of the effect first; a node that
+    carried a small part of it over the incident (a neighbour that also saw some loss, one
+    window's outlier) is not one."""
+    if not incident.effect:
+        return sorted(incident.nodes)
+    top = max(incident.effect.values())
+    kept = [n for n, e in incident.effect.items() if e >= CULPRIT_SHARE * top]
+    return sorted(kept, key=lambda n: (-incident.effect[n], n))
 
 
 def _num(x) -> float:

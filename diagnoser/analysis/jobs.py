@@ -373,7 +373,7 @@ def subset(frame: Frame, instances: list[str], start: float | None = None, end: 
     has_gpus = bool(len(node)) and bool(np.nansum(node["gpus"].to_numpy()) > 0)
     return replace(frame, start=max(start, frame.start), end=min(end, frame.end), windows=windows, node=node, nic=nic,
                    gpu=gpu, has_gpus=has_gpus, fine=fine, fabric_speed_median=speed, warnings=[], workloads=wl,
-                   node_fine=node_fine)
+                   node_fine=node_fine, gpu_seconds=None, without_instance=0)  # those are the cluster's
 
 
 def _speed_median(frame: Frame, nic: pd.DataFrame, node: pd.DataFrame, windows: np.ndarray,

@@ -49,6 +49,7 @@ COLUMNS = (
     Column(c.NIC_CNP_RECEIVED.name, "nic", "cnp_received"),
     Column(c.NIC_RDMA_LOSS_EVENTS.name, "nic", "rdma_loss"),
     Column(c.NIC_RECEIVE_DISCARDS.name, "nic", "discards"),
+    Column(c.NIC_RECEIVE_ERRORS.name, "nic", "rx_errors"),
     Column(c.NIC_CARRIER_CHANGES.name, "nic", "carrier_changes"),
     Column(c.NIC_SATURATED_SECONDS.name, "nic", "saturated"),
     Column(c.NIC_PFC_PAUSE_FRAMES.name, "nic", "pfc_", split_by="direction",
@@ -73,7 +74,7 @@ NODE_INCREASES = tuple(col for col in COLUMNS if col.table == "node")
 NODE_COLUMNS = (
     "gpus", "busy", "idle_paused", "idle_saturated", "idle_active", "idle_quiet", "throttled", "sm_clock",
     "tx_bytes", "rx_bytes", "capacity", "saturated", "pfc_tx", "pfc_rx", "ecn", "cnp_sent", "cnp_received",
-    "rdma_loss", "discards", "tcp_retrans", "tcp_sent", "carrier_changes", "nics_down",
+    "rdma_loss", "discards", "rx_errors", "tcp_retrans", "tcp_sent", "carrier_changes", "nics_down",
     "state_paused", "state_saturated", "state_active", "state_quiet",
     "other_bytes", "other_capacity",  # NICs outside the training fabric (management, storage)
     "fabric_nics",
@@ -81,10 +82,10 @@ NODE_COLUMNS = (
 )
 GPU_COLUMNS = ("busy", "idle", "throttled", "sm_clock")
 NIC_COLUMNS = ("fabric", "speed", "up", "tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "ecn",
-               "cnp_sent", "cnp_received", "rdma_loss", "discards", "carrier_changes")
+               "cnp_sent", "cnp_received", "rdma_loss", "discards", "rx_errors", "carrier_changes")
 # The NIC columns summed per node over its fabric NICs.
 NIC_SUMMED = ("tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "ecn", "cnp_sent", "cnp_received",
-              "rdma_loss", "discards", "carrier_changes")
+              "rdma_loss", "discards", "rx_errors", "carrier_changes")
 WORKLOAD_COLUMNS = ("instance", "gpu", "workload", "source", "namespace", "window")
 
 # NCCL's inspector plugin, where its dump is scraped too (diagnoser/analysis/nccl.py): per

@@ -15,6 +15,7 @@ class WindowFinding:
     confidence: float
     idle_seconds: float  # extra GPU idle in the window, over the baseline
     evidence: dict = field(default_factory=dict)
+    effect: dict[str, float] = field(default_factory=dict)  # culprit -> its share of the effect
 
 
 @dataclass
@@ -28,3 +29,4 @@ class Incident:
     gpu_idle_seconds: float
     windows: int
     evidence: dict = field(default_factory=dict)
+    effect: dict[str, float] = field(default_factory=dict)  # culprit -> its effect, summed over the windows

@@ -57,6 +57,13 @@ class Frame:
     # even when `nic` holds only the suspect nodes (drill-down from Prometheus).
     fabric_speed_median: np.ndarray | None = None
     warnings: list[str] = field(default_factory=list)
+    # No whole window of the grid fits the range: the one window is partial, nothing is judged.
+    partial: bool = False
+    # Series left out because they lack an `instance` label (they cannot be put on a node).
+    without_instance: int = 0
+    # GPU (busy, idle) seconds over the whole range asked for, partial windows at its ends
+    # included: what the summary and the cost count (the rules judge whole windows only).
+    gpu_seconds: tuple[float, float] | None = None
     # Configuration facts, the latest in the window, per node and device (diagnoser/audit.py).
     config: ConfigSnapshot = field(default_factory=empty_snapshot)
     # Which workload held which GPU in which window (gpunet_gpu_workload_info): one row per
@@ -79,12 +86,41 @@ def _sum_known(rows: np.ndarray) -> np.ndarray:
     return np.where(known, np.nansum(rows, axis=0), np.nan)
 
 
+# Window lengths the diagnoser uses. Every query cuts its windows on the same grid, fixed
+# in absolute time (multiples of the step since the epoch), so that the same minutes of data
+# fall in the same windows whatever second the query starts or ends at.
+STEPS = (20.0, 30.0, 60.0, 120.0, 180.0, 240.0, 300.0, 600.0, 900.0, 1800.0, 3600.0)
+MAX_WINDOWS = 720  # a longer range takes a longer step (the per-window work bounds the run time)
+
+
 def choose_step(start: float, end: float, scrape_interval: float) -> float:
-    """Windows of at least 4 scrapes (rates need several samples) and 20 s, and at most
-    ~240 windows in the whole range."""
+    """The shortest step of STEPS that holds at least 4 scrapes (rates need several samples)
+    and gives at most MAX_WINDOWS windows over the range: the same step for every window
+    length up to MAX_WINDOWS steps, so that --since 15m and 3h judge the same windows."""
     scrape_interval = round(scrape_interval)  # jitter and the estimate's method must not move windows
-    step = max(20.0, 4 * scrape_interval, (end - start) / 240)
-    return float(np.ceil(step / 5.0) * 5.0)
+    need = max(STEPS[0], 4 * scrape_interval)
+    for step in STEPS:
+        if step >= need and (end - start) / step <= MAX_WINDOWS:
+            return step
+    return max(STEPS[-1], float(np.ceil(need / STEPS[-1]) * STEPS[-1]))
+
+
+def grid(start: float, end: float, step: float) -> np.ndarray:
+    """Edges of the whole windows of the grid that lie in [start, end]; empty where none fits.
+    The partial windows at either end are not judged: their rates would rest on fewer
+    scrapes than the others', and which of their minutes they hold moves with the query."""
+    first = np.ceil(start / step - 1e-9) * step
+    last = np.floor(end / step + 1e-9) * step
+    if last - first < step - 1e-6:
+        return np.array([])
+    return np.arange(first, last + step * 0.5, step)
+
+
+def window_edges(start: float, end: float, step: float) -> tuple[np.ndarray, bool]:
+    """(edges, partial): the grid's whole windows, or where none fits the one partial window
+    [start, end] (then nothing is judged: see pipeline's verdict)."""
+    edges = grid(start, end, step)
+    return (edges, False) if len(edges) >= 2 else (np.array([start, end]), True)
 
 
 FINE = 4  # sub-windows per window
@@ -96,9 +132,7 @@ class FrameBuilder:
     def __init__(self, source: str, start: float, end: float, step: float, scrape_interval: float):
         self.source, self.start, self.end, self.step = source, start, end, step
         self.scrape_interval = scrape_interval
-        self.edges = np.arange(start, end + step * 0.999, step)
-        if len(self.edges) < 2:
-            self.edges = np.array([start, end])
+        self.edges, self.partial = window_edges(start, end, step)
         self.n = len(self.edges) - 1
         self.fine_edges = np.linspace(self.edges[0], self.edges[-1], self.n * FINE + 1)
         self.fine: dict[str, dict[str, np.ndarray]] = {}  # "busy" | "idle" -> column -> values
@@ -115,6 +149,8 @@ class FrameBuilder:
         self.node_fine: dict[str, dict[str, np.ndarray]] = {}
         self.workloads: list[tuple] = []
         self.nccl: list[tuple] = []
+        self.without_instance = 0
+        self.totals: dict[str, dict[str, np.ndarray]] = {}  # "busy" | "idle" -> seconds over [start, end]
 
     def _acc(self, table: dict, key: object, column: str, values: np.ndarray) -> None:
         row = table.setdefault(key, {})
@@ -126,6 +162,7 @@ class FrameBuilder:
     def add(self, name: str, labels: dict[str, str], t: np.ndarray, v: np.ndarray) -> None:
         instance = labels.get("instance")
         if instance is None:
+            self.without_instance += 1
             return
         if name in CONFIG_METRICS:
             self.config.add(name, labels, t, v)
@@ -148,6 +185,8 @@ class FrameBuilder:
                 self._acc(self.node, instance, target, values)
                 self._acc(self.gpu, (instance, labels.get("gpu", "")), "busy" if target == "busy" else "idle", values)
                 fine = counter_increase(t, v, self.fine_edges)
+                self._acc(self.totals, "busy" if target == "busy" else "idle", "seconds",
+                          counter_increase(t, v, np.array([self.start, self.end])))
                 self._acc(self.fine, "busy" if target == "busy" else "idle", target, fine)
                 self._acc(self.node_fine, instance, target, fine)
                 if target == "busy":
@@ -237,6 +276,10 @@ class FrameBuilder:
         frame.nccl = pd.DataFrame(self.nccl, columns=NCCL_COLUMNS)
         frame.node_fine = fine_table(self.node_fine, self.fine_edges[:-1])
         frame.config = self.config.build()
+        frame.partial, frame.without_instance = self.partial, self.without_instance
+        if self.totals:
+            frame.gpu_seconds = (float(self.totals.get("busy", {}).get("seconds", [0.0])[0]),
+                                 float(self.totals.get("idle", {}).get("seconds", [0.0])[0]))
         return frame
 
 

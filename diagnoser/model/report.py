@@ -11,6 +11,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+# The verdicts of contract section 5.
+FINDINGS, HEALTHY, INCONCLUSIVE = "findings", "healthy", "inconclusive"
+
 
 @dataclass
 class Finding:
@@ -28,10 +31,12 @@ class Finding:
     job: str | None = None
     gpu_hours_idle: float | None = None
     cost: float | None = None  # money, with a price per GPU-hour
+    ongoing: bool = False  # it reaches the last window judged: still going on
 
     def to_dict(self) -> dict:
         doc: dict = {"job": self.job} if self.job is not None else {}
-        doc.update({"class": self.cls, "start": self.start, "end": self.end, "nodes": self.nodes,
+        doc.update({"class": self.cls, "start": self.start, "end": self.end, "ongoing": self.ongoing,
+                    "nodes": self.nodes,
                     "devices": self.devices, "confidence": self.confidence,
                     "gpu_idle_seconds": self.gpu_idle_seconds, "evidence": self.evidence,
                     "remediation": self.remediation})
@@ -72,7 +77,7 @@ class Cost:
     gpu_hours: float
     gpu_hours_idle: float
     gpu_hours_lost_to_findings: float
-    gpu_hours_lost_per_day: float
+    gpu_hours_lost_per_day: float  # of the findings still going on at the window's end, at their rate
     gpu_hour_price: float | None = None
     currency: str = ""
     lost: float | None = None
@@ -100,13 +105,17 @@ class JobSummary:
     capacity: dict | None = None
     cost: Cost | None = None
     notes: list[str] = field(default_factory=list)
+    verdict: str = HEALTHY  # of this job: findings | healthy | inconclusive
+    inconclusive_reasons: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         s = self.summary
         doc: dict = {"name": self.name, "found_by": self.found_by, "start": s.start, "end": s.end,
                      "nodes": s.nodes, "gpus": s.gpus, "gpu_idle_fraction": s.gpu_idle_fraction,
-                     "instances": self.instances, "findings": self.findings,
+                     "instances": self.instances, "verdict": self.verdict, "findings": self.findings,
                      "gpu_idle_seconds_in_findings": self.gpu_idle_seconds_in_findings}
+        if self.inconclusive_reasons:
+            doc["inconclusive_reasons"] = self.inconclusive_reasons
         if self.capacity is not None:
             doc["capacity"] = self.capacity
         if self.cost is not None:
@@ -152,11 +161,16 @@ class Report:
     has_gpus: bool = True
     gpu_time_chart: GpuTimeChart | None = None
     culprit_charts: list[CulpritChart] = field(default_factory=list)
+    # findings | healthy | inconclusive (contract section 5); the reasons only with inconclusive
+    verdict: str = HEALTHY
+    inconclusive_reasons: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         s = self.summary
         doc: dict = {"source": self.source, "start": s.start, "end": s.end, "nodes": s.nodes, "gpus": s.gpus,
-                     "gpu_idle_fraction": s.gpu_idle_fraction}
+                     "gpu_idle_fraction": s.gpu_idle_fraction, "verdict": self.verdict}
+        if self.inconclusive_reasons:
+            doc["inconclusive_reasons"] = self.inconclusive_reasons
         if self.jobs is not None:
             doc["jobs"] = [j.to_dict() for j in self.jobs]
         doc["findings"] = [f.to_dict() for f in self.findings]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from diagnoser.model.report import AuditReport, ConfigFinding, Cost, Finding, JobSummary, Report, Summary
+from diagnoser.model.report import FINDINGS, HEALTHY, AuditReport, ConfigFinding, Cost, Finding, JobSummary, Report, Summary
 from gpunet.window import rfc3339
 
 NOTES_SHOWN = 5  # notes printed under a one-job report
@@ -23,8 +23,8 @@ def render_text(report: Report, markdown: bool = False) -> str:
     several), capacity and cost, the configuration audit, notes."""
     h1, h2, h3 = ("# ", "## ", "### ") if markdown else ("", "", "")
     lines = [f"{h1}gpunet diagnosis of {report.source}", _window(report.summary)]
+    lines += _verdict(report.verdict, report.inconclusive_reasons, len(report.findings), h2)
     if report.jobs is None:
-        lines.append("")
         lines += _findings(report.findings, h2, report.cost)
         lines += _capacity(report.capacity, h2) + _cost(report.cost, h2, "Cost")
     else:
@@ -75,7 +75,8 @@ def _window(s: Summary) -> str:
 
 def _job(job: JobSummary, findings: list[Finding], h2: str, h3: str) -> list[str]:
     found = "workload " + job.found_by if job.found_by != "behaviour" else "grouped by behaviour"
-    lines = [f"{h2}job {job.name} ({found})", _window(job.summary), ""]
+    lines = [f"{h2}job {job.name} ({found})", _window(job.summary)]
+    lines += _verdict(job.verdict, job.inconclusive_reasons, len(findings), h3)
     lines += _findings(findings, h3, job.cost)
     lines += _capacity(job.capacity, h3) + _cost(job.cost, h3, "Cost")
     while lines[-1] == "":
@@ -83,10 +84,18 @@ def _job(job: JobSummary, findings: list[Finding], h2: str, h3: str) -> list[str
     return lines + [""]
 
 
+def _verdict(verdict: str, reasons: list[str], findings: int, h: str) -> list[str]:
+    """The verdict first: what on-call needs before any detail."""
+    if verdict == FINDINGS:
+        return [f"{h}Verdict: {_count(findings, 'finding')}", ""]
+    if verdict == HEALTHY:
+        return [f"{h}Verdict: healthy: no bottleneck found, and the window held the GPU and NIC series a "
+                "verdict needs.", ""]
+    return [f"{h}Verdict: inconclusive: no verdict can honestly be given", *(f"{INDENT}- {r}" for r in reasons), ""]
+
+
 def _findings(findings: list[Finding], h: str, cost: Cost | None) -> list[str]:
-    if not findings:
-        return ["No bottleneck found: the window looks healthy.", ""]
-    lines = []
+    lines: list[str] = []
     for n, f in enumerate(findings, 1):
         lines += finding_lines(f, n, h, cost.currency if cost else "")
     return lines
@@ -103,7 +112,8 @@ def finding_lines(f: Finding, n: int, h: str = "", currency: str = "") -> list[s
     if f.cost is not None:
         impact += f" (= {_money(f.cost, currency)})"
     lines = [f"{h}{n}. {f.title} ({f.cls}), confidence {f.confidence:.2f}",
-             f"{INDENT}{rfc3339(f.start)} .. {rfc3339(f.end)} ({minutes:.0f} min), {impact}"]
+             f"{INDENT}{rfc3339(f.start)} .. {rfc3339(f.end)} ({minutes:.0f} min"
+             f"{', still going on' if f.ongoing else ''}), {impact}"]
     if f.nodes:
         devices = f" ({', '.join(f.devices[:DEVICES_SHOWN])})" if f.devices else ""
         lines.append(f"{INDENT}culprits: {', '.join(f.nodes[:CULPRITS_SHOWN])}{devices}")
@@ -128,9 +138,11 @@ def _cost(cost: Cost | None, h: str, label: str) -> list[str]:
             f"{cost.gpu_hours_lost_to_findings:,.1f} lost to the findings above")
     if cost.lost is not None and cost.lost_per_day is not None and cost.gpu_hour_price is not None:
         line += (f" = {_money(cost.lost, cost.currency)} at {_money(cost.gpu_hour_price, cost.currency)} per "
-                 f"GPU-hour; {_money(cost.lost_per_day, cost.currency)} a day at this window's rate")
-    else:
-        line += f", {cost.gpu_hours_lost_per_day:,.1f} GPU-hours a day at this window's rate"
+                 f"GPU-hour; {_money(cost.lost_per_day, cost.currency)} a day while what is still going on lasts")
+    elif cost.gpu_hours_lost_per_day > 0:
+        line += f", {cost.gpu_hours_lost_per_day:,.1f} GPU-hours a day while what is still going on lasts"
+    elif cost.gpu_hours_lost_to_findings > 0:
+        line += "; nothing found still goes on at the window's end"
     return [line, ""]
 
 
@@ -173,6 +185,10 @@ def _money(amount: float, currency: str) -> str:
 def _figure(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, dict) and {"value", "peers_median"} <= value.keys():  # a culprit against its peers
+        ratio = value.get("ratio")
+        times = f", {_figure(ratio)}x" if isinstance(ratio, float) else ""
+        return f"{_figure(value['value'])} (peers' median {_figure(value['peers_median'])}{times})"
     if isinstance(value, dict):
         return ", ".join(f"{k} {_figure(v)}" for k, v in list(value.items())[:EVIDENCE_ITEMS_SHOWN])
     return str(value)

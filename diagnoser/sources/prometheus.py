@@ -25,7 +25,7 @@ from diagnoser.model.columns import (
     Column,
     nccl_key,
 )
-from diagnoser.model.frame import FINE, Frame, assemble, choose_step, fine_table
+from diagnoser.model.frame import FINE, Frame, assemble, choose_step, fine_table, window_edges
 from diagnoser.sources.promconfig import config_from_prometheus
 from gpunet import contract as c
 from gpunet.promapi import PromError, PrometheusClient
@@ -129,9 +129,9 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
     per = [float(r["value"][1]) for r in counts.get("result", []) if float(r["value"][1]) > 1]
     scrape = (end - start) / float(np.median(per)) if per else 15.0
     step = choose_step(start, end, scrape)
-    windows = np.arange(start, end - step * 0.001, step)
-    if not len(windows):
-        windows = np.array([start])
+    edges, partial = window_edges(start, end, step)
+    windows = edges[:-1]
+    step = float(edges[1] - edges[0]) if partial else step
     q = _Queries(client, start, end, step, windows, instances, progress)
     fabric, fabric_how = await _fabric_selector(client, start, end)
     progress(f"{len(instances)} nodes, {len(windows)} windows of {step:.0f}s, fabric: {fabric_how}")
@@ -244,8 +244,19 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
     frame = assemble(f"prometheus:{client.url}", start, end, step, scrape, windows, node_cols, nic_rows, has_gpus,
                      fine, speed_median, [], gpu_rows)
     frame.workloads, frame.node_fine, frame.nccl = workloads, node_fine, nccl
-    frame.config = config
+    frame.config, frame.partial = config, partial
+    if has_gpus:
+        frame.gpu_seconds = await _gpu_seconds(client, start, end)
     return frame
+
+
+async def _gpu_seconds(client: PrometheusClient, start: float, end: float) -> tuple[float, float]:
+    """GPU busy and idle seconds over the whole range (partial windows at its ends included)."""
+    span = f"{int(round(end - start))}s"
+    busy, idle = await asyncio.gather(*(client.query(f"sum(increase({m}[{span}]))", end)
+                                        for m in (c.GPU_BUSY_SECONDS.name, c.GPU_IDLE_SECONDS.name)))
+    values = [float(a["result"][0]["value"][1]) if a.get("result") else 0.0 for a in (busy, idle)]
+    return values[0], values[1]
 
 
 async def _nccl(client: PrometheusClient, start: float, end: float) -> pd.DataFrame:

@@ -323,11 +323,22 @@ def _time_range(path, series: list[RawSeries], note: Callable[[str], None]) -> t
     return first, last
 
 
-def frame_from_trace(path: str | Path, since: float | None = None, start: float | None = None,
-                     end: float | None = None, warn: Callable[[str], None] | None = None,
-                     wanted: set[str] | frozenset[str] | None = None) -> Frame:
-    """The tidy frame of a trace; the window ends at the trace's last sample unless given.
-    `wanted`: read only these families (the audit needs only diagnoser.model.netconfig.METRICS)."""
+@dataclass
+class Trace:
+    """A trace read once: its series and where its samples lie in time. Frames of any window
+    of it are cut from this (`frame_of`), without reading the file again."""
+    path: Path
+    series: list[RawSeries]
+    first: float
+    last: float
+    scrape_interval: float
+    warnings: list[str]
+
+
+def read(path: str | Path, warn: Callable[[str], None] | None = None,
+         wanted: set[str] | frozenset[str] | None = None) -> Trace:
+    """Parse a trace. `wanted`: read only these families (the audit needs only
+    diagnoser.model.netconfig.METRICS)."""
     warnings: list[str] = []
 
     def note(message: str) -> None:
@@ -341,20 +352,37 @@ def frame_from_trace(path: str | Path, since: float | None = None, start: float 
     if not series:
         raise TraceError(f"{path}: no gpunet series in the trace")
     first, last = _time_range(path, series, note)
-    end_t = end if end is not None else last
-    start_t = start if start is not None else (end_t - since if since is not None else first)
-    start_t = max(start_t, first)
-    if end_t <= start_t:
-        raise TraceError(f"{path}: the window holds no samples (trace covers {first:.0f}..{last:.0f})")
     gaps = [np.median(np.diff(s.timestamps)) for s in series[:2000] if len(s.timestamps) > 2 and s.name not in SPARSE]
     scrape = float(np.median(gaps)) if gaps else 15.0
-    builder = FrameBuilder(f"replay:{Path(path).name}", start_t, end_t, choose_step(start_t, end_t, scrape), scrape)
-    for s in series:
+    return Trace(Path(path), series, first, last, scrape, warnings)
+
+
+def frame_of(trace: Trace, since: float | None = None, start: float | None = None,
+             end: float | None = None) -> Frame:
+    """The tidy frame of a window of the trace; it ends at the trace's last sample unless given."""
+    end_t = end if end is not None else trace.last
+    start_t = start if start is not None else (end_t - since if since is not None else trace.first)
+    start_t = max(start_t, trace.first)
+    if end_t <= start_t:
+        raise TraceError(f"{trace.path}: the window holds no samples (trace covers {trace.first:.0f}.."
+                         f"{trace.last:.0f})")
+    scrape = trace.scrape_interval
+    builder = FrameBuilder(f"replay:{trace.path.name}", start_t, end_t, choose_step(start_t, end_t, scrape), scrape)
+    # One scrape before the range (and its first whole window), so that the first increase is whole.
+    since_t = min(start_t, builder.edges[0]) - 1.5 * scrape
+    for s in trace.series:
         if s.name in SPARSE:  # value changes only: the value in force at the window start comes before it
             builder.add(s.name, s.labels, s.timestamps, s.values)
             continue
-        # One scrape before the window start, so the first window's increase is whole.
-        keep = (s.timestamps >= start_t - 1.5 * scrape) & (s.timestamps <= end_t)
-        builder.add(s.name, s.labels, s.timestamps[keep], s.values[keep])
-    builder.warnings.extend(warnings)
+        lo = np.searchsorted(s.timestamps, since_t, side="left")
+        hi = np.searchsorted(s.timestamps, end_t, side="right")
+        builder.add(s.name, s.labels, s.timestamps[lo:hi], s.values[lo:hi])
+    builder.warnings.extend(trace.warnings)
     return builder.build()
+
+
+def frame_from_trace(path: str | Path, since: float | None = None, start: float | None = None,
+                     end: float | None = None, warn: Callable[[str], None] | None = None,
+                     wanted: set[str] | frozenset[str] | None = None) -> Frame:
+    """The tidy frame of a trace's window, read from its file."""
+    return frame_of(read(path, warn, wanted), since, start, end)

@@ -42,6 +42,9 @@ class Detection:
     # The rule's signal held but another class's finding in the same window explains it:
     # no finding, only a marker that keeps an incident of this class from being cut in two.
     suppressed_by: str | None = None
+    # How much of the effect each culprit carries, in the rule's own figure (pauses sent,
+    # loss events, throttled share...): an incident ranks its culprits by it. None: equal.
+    effect: dict[str, float] | None = None
 
 
 @dataclass
@@ -126,12 +129,32 @@ class BottleneckClass:
     incident_filter: IncidentFilter | None = None  # incidents that are normal operation, not findings
 
 
+# Peers, for rules that compare a node with the others of its job: fewer than this many
+# nodes and a median or spread of the others means little (a straggler needs peers; a storm
+# or a slow link has a physical signature of its own and needs none).
+MIN_PEERS = 4
+
+
+def against_peers(values: pd.Series, culprits: list[str]) -> dict[str, dict[str, float | None]]:
+    """Each culprit's own figure, the median of its peers (the window's other nodes) and the
+    ratio of the two: the evidence that names a node, in its own numbers."""
+    peers = values.drop(index=[n for n in culprits if n in values.index]).dropna()
+    median = float(peers.median()) if len(peers) else float("nan")
+    out: dict[str, dict[str, float | None]] = {}
+    for node in culprits:
+        value = float(values.get(node, np.nan))
+        ratio = value / median if np.isfinite(median) and median > 0 else None
+        out[node] = {"value": value, "peers_median": median, "ratio": ratio}
+    return out
+
+
 def plain(value: object) -> object:
-    """Evidence as JSON takes it: plain floats rounded to 4 decimals, NaN as None."""
+    """Evidence as JSON takes it: plain floats to 4 significant digits (no figure that is not
+    zero prints as 0), NaN as None."""
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (np.floating, float)):
-        return None if not np.isfinite(value) else round(float(value), 4)
+        return None if not np.isfinite(value) else float(f"{float(value):.4g}")
     if isinstance(value, (np.integer,)):
         return int(value)
     return value

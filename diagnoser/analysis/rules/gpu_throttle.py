@@ -4,24 +4,31 @@ from __future__ import annotations
 
 import pandas as pd
 
-from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext
+from diagnoser.analysis.rules.base import MIN_PEERS, BottleneckClass, Detection, WindowContext, against_peers
 
 THROTTLE = 0.25  # fraction of a node's GPU time under a throttle reason
 # Without a rise of the job's idle, a throttled node still counts when it idles far less
 # than its peers (robust z): the others are waiting for it.
 WAITED_FOR_Z = -2.0
+WAITED_FOR_GAP = 0.03  # idle fraction below the others', where too few nodes for a z-score
 
 
 def check(w: WindowContext) -> Detection | None:
     nw = w.node
     throttled = nw[nw["throttle_frac"] >= THROTTLE]
-    if not len(throttled) or not (w.impact or (throttled["idle_frac_z"] <= WAITED_FOR_Z).any()):
+    if not len(throttled):
+        return None
+    # On fewer nodes than a spread needs, waited for = idling clearly less than the others.
+    waited_for = (throttled["idle_frac_z"] <= WAITED_FOR_Z) if len(nw) >= MIN_PEERS else (
+        throttled["idle_frac"] <= nw["idle_frac"].drop(index=throttled.index).median() - WAITED_FOR_GAP)
+    if not (w.impact or waited_for.any()):
         return None
     culprits = list(throttled["throttle_frac"].sort_values(ascending=False).index)
     return Detection(culprits, [], 0.7 + 0.25 * min(throttled["throttle_frac"].max(), 1.0), {
-        "throttled_fraction": {n: nw.at[n, "throttle_frac"] for n in culprits},
+        "throttled_fraction": against_peers(nw["throttle_frac"], culprits),
         "throttled_gpus": throttled_gpus(w.gpu, w.window, w.step, culprits),
-        "sm_clock_mhz": {n: nw.at[n, "sm_clock"] / 1e6 for n in culprits}, "gpu_idle": w.cluster["idle_frac"]})
+        "sm_clock_mhz": {n: nw.at[n, "sm_clock"] / 1e6 for n in culprits}, "gpu_idle": w.cluster["idle_frac"]},
+        effect={n: float(nw.at[n, "throttle_frac"]) for n in culprits})
 
 
 def throttled_gpus(gpu: pd.DataFrame, window: float, step: float, nodes: list[str]) -> dict[str, str]:

@@ -29,7 +29,9 @@ STALL_REGULARITY = 0.35
 
 def check(w: WindowContext) -> Detection | None:
     g, base = w.cluster, w.baseline
-    quiet_rise = g["idle_quiet_frac"] - base.idle_quiet_frac
+    # Sustained through the window (the median of its sub-windows): a checkpoint's 20 s stall
+    # fills one sub-window of a 2-minute window; a data loader that cannot keep up fills all.
+    quiet_rise = min(g["idle_quiet_frac"], g["idle_quiet_sustained"]) - base.idle_quiet_frac
     if not (w.impact and quiet_rise >= QUIET_RISE and quiet_rise >= QUIET_SHARE * w.excess) \
             or w.found.keys() & set(NODE_STANDS_OUT):
         return None

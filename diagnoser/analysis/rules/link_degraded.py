@@ -8,6 +8,7 @@ from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowCont
 
 # A link below its peers' speed (a 200G NIC trained at 100G, or 4x lanes at 2x).
 SLOW_LINK = 0.75
+FEW_NODES = 4  # at most one node in this many with slow links from the start is a fault, not a hardware class
 
 
 def check(w: WindowContext) -> Detection | None:
@@ -20,6 +21,16 @@ def check(w: WindowContext) -> Detection | None:
     if not np.isfinite(median_speed):
         median_speed = nicw["speed"].median()
     slow = nicw["speed"] < SLOW_LINK * median_speed
+    if slow.any():
+        # Slower than its peers is a fault where the link fell within the range, runs below a
+        # sibling NIC of its own node, or is one of few nodes: a group of nodes that ran slower
+        # all along is other hardware (a 25G job beside 200G ones), not degraded links.
+        instances = nicw.index.get_level_values("instance")
+        fell = nicw["speed"] < SLOW_LINK * nicw.get("top_speed", nicw["speed"])
+        sibling = nicw["speed"] < SLOW_LINK * nicw["speed"].groupby(instances).transform("max")
+        slow_nodes = set(instances[slow])
+        few = len(slow_nodes) <= max(1, len(w.node) // FEW_NODES)
+        slow = slow & (fell | sibling | few)
     down = nicw["up"] == 0
     flaps = nicw["carrier_changes"] > 0
     bad = nicw[slow | down | flaps]

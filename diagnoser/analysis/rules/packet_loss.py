@@ -4,8 +4,9 @@ collectives."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from diagnoser.analysis.rules.base import EXCESS_IDLE, BottleneckClass, Detection, WindowContext
+from diagnoser.analysis.rules.base import EXCESS_IDLE, BottleneckClass, Detection, WindowContext, against_peers
 
 # Go-back-N events per second per node; a clean fabric has none for hours.
 LOSS_RATE = 1.0
@@ -14,8 +15,30 @@ RETRANS_RATIO = 0.005  # TCP retransmitted / sent segments; datacentre TCP sits 
 # cost a retransmission timeout (200 ms minimum on Linux), so even rare loss stalls it.
 RETRANS_RISE = 10.0
 RETRANS_FLOOR = 1e-5
-LOCAL_Z = 5.0  # a node this far above its peers' median holds the problem
-LOCAL_SHARE = 0.7  # ... or, in a job too small for peer statistics, holds this share of it
+# A node holds the loss when its own rate is ten times its peers' median (or its peers have
+# none) and it carries at least half of the worst node's: one bad cable or optic. A ratio,
+# not a z-score, so that it holds on 2 or 3 nodes as on 1000.
+LOCAL_RATIO = 10.0
+# A node's own TCP retransmit ratio that counts, even where the job's ratio stays low: on a
+# node of a synchronous job 0.01% already means a retransmission timeout every few seconds.
+RETRANS_NODE = 1e-4
+LOCAL_SHARE = 4  # at most one node in this many: loss on more is the fabric's, not a node's
+
+
+def _local(values: pd.Series) -> list[str]:
+    """The nodes that hold the loss, worst first; none where it is spread over the job."""
+    values = values.fillna(0)
+    top = float(values.max()) if len(values) else 0.0
+    if top <= 0:
+        return []
+    out = []
+    for node, value in values.items():
+        peers = values.drop(index=node)
+        if value >= 0.5 * top and (not len(peers) or value >= LOCAL_RATIO * float(peers.median())):
+            out.append(node)
+    if len(out) > max(1, len(values) // LOCAL_SHARE):
+        return []
+    return sorted(out, key=lambda n: -values[n])
 
 
 def check(w: WindowContext) -> Detection | None:
@@ -23,22 +46,28 @@ def check(w: WindowContext) -> Detection | None:
     loss_nodes = nw["loss_rate"].fillna(0)
     rdma_loss = float(loss_nodes.sum()) / max(len(nw), 1) >= LOSS_RATE
     ratio = float(np.nan_to_num(g["retrans_ratio"]))
-    tcp_loss = ratio >= RETRANS_RATIO or (
+    node_ratio = nw["retrans_ratio"]
+    tcp_local = _local(node_ratio.where(node_ratio >= RETRANS_NODE, 0.0)) if node_ratio.notna().any() else []
+    tcp_loss = bool(tcp_local) or ratio >= RETRANS_RATIO or (
         np.isfinite(base.retrans_ratio) and ratio >= max(RETRANS_RISE * base.retrans_ratio, RETRANS_FLOOR))
     if not (rdma_loss or tcp_loss) or not w.impact:
         return None
-    # Localised when the loss concentrates: a few nodes far above their peers, or one node
-    # holding most of it.
-    values, z = (loss_nodes, nw["loss_rate_z"]) if rdma_loss else (nw["retrans_ratio"].fillna(0),
-                                                                    nw["retrans_ratio_z"])
-    total = float(values.sum())
-    share = values / total if total > 0 else values * 0
-    local = values[((z >= LOCAL_Z) | (share >= LOCAL_SHARE)) & (values >= 0.5 * values.max())]
-    culprits = list(local.sort_values(ascending=False).index) if 0 < len(local) <= max(1, len(nw) // 4) else []
+    # Localised when the loss concentrates on a few nodes far above their peers. A bad cable
+    # or optic is lossy both ways, so its node's neighbours in the collective count loss
+    # too; the port that receives corrupted frames (CRC/symbol errors) is the one to fix.
+    culprits = _local(loss_nodes) if rdma_loss else (tcp_local or _local(node_ratio))
+    if len(culprits) > 1 and "rx_error_rate" in nw:
+        erring = [n for n in _local(nw["rx_error_rate"]) if n in culprits]
+        culprits = erring or culprits
     severe = w.excess >= 2 * EXCESS_IDLE if w.has_gpu else False
-    return Detection(culprits, w.devices(culprits, "loss_rate") if rdma_loss else [], 0.6 + 0.3 * severe, {
-        "loss_events_per_s": float(loss_nodes.sum()), "tcp_retransmit_ratio": g["retrans_ratio"],
-        "gpu_idle": g["idle_frac"]})
+    evidence: dict[str, object] = {"loss_events_per_s": float(loss_nodes.sum()), "tcp_retransmit_ratio": ratio}
+    if culprits:
+        evidence["node_" + ("loss_events_per_s" if rdma_loss else "tcp_retransmit_ratio")] = \
+            against_peers(loss_nodes if rdma_loss else node_ratio, culprits)
+    evidence["gpu_idle"] = g["idle_frac"]
+    figure = loss_nodes if rdma_loss else node_ratio
+    return Detection(culprits, w.devices(culprits, "loss_rate") if rdma_loss else [], 0.6 + 0.3 * severe, evidence,
+                     effect={n: float(figure[n]) for n in culprits})
 
 
 RULE = BottleneckClass(

@@ -2,28 +2,42 @@
 
 from __future__ import annotations
 
-from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext
+import numpy as np
+
+from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext, against_peers
 
 # A NIC stuck in XOFF refreshes its pauses every few hundred microseconds, i.e. thousands of
 # frames a second; a healthy DCQCN fabric sends a handful per second at most.
 STORM_TX_RATE = 500.0  # pause frames per second sent by one node
-STORM_Z = 6.0  # ... and far above its peers (robust z-score)
+# ... and ten times its peers' median: back-pressure from congestion makes many nodes send
+# pauses at similar rates; a stuck receive path makes one node send far more than the rest.
+# A ratio, not a z-score, so that it holds on 2 or 3 nodes as on 1000.
+STORM_RATIO = 10.0
 VICTIM_RX_RATE = 1.0  # pauses received per second that make a node a victim
 SATURATING_PAUSED_IDLE = 0.2  # GPU idle in paused ticks at which confidence stops growing
 
 
 def check(w: WindowContext) -> Detection | None:
     nw = w.node
-    storm = nw[(nw["pfc_tx_rate"] >= STORM_TX_RATE) & (nw["pfc_tx_rate_z"] >= STORM_Z)]
-    if not len(storm):
+    rate = nw["pfc_tx_rate"]
+    high = rate[rate >= STORM_TX_RATE]
+    if not len(high):
         return None
-    culprits = list(storm["pfc_tx_rate"].sort_values(ascending=False).index)
+    # Each candidate against the nodes that are not candidates (two storming nodes must not
+    # hide each other); where every node is high, against all the others.
+    quiet = rate.drop(index=high.index).dropna()
+    storm = [n for n, r in high.items() if r >= STORM_RATIO * float(
+        np.nan_to_num(quiet.median() if len(quiet) else rate.drop(index=n).median()))]
+    if not storm:
+        return None
+    culprits = list(high[storm].sort_values(ascending=False).index)
     victims = int(((nw["pfc_rx_rate"] > VICTIM_RX_RATE) & ~nw.index.isin(culprits)).sum())
     g = w.cluster
     confidence = 0.6 + 0.4 * min(g["idle_paused_frac"] / SATURATING_PAUSED_IDLE, 1.0) if w.has_gpu else 0.7
     return Detection(culprits, w.devices(culprits, "pfc_tx_rate"), confidence, {
-        "pause_tx_per_s": {n: nw.at[n, "pfc_tx_rate"] for n in culprits}, "nodes_receiving_pauses": victims,
-        "gpu_idle_paused": g["idle_paused_frac"], "gpu_idle": g["idle_frac"]})
+        "pause_tx_per_s": against_peers(rate, culprits), "nodes_receiving_pauses": victims,
+        "gpu_idle_paused": g["idle_paused_frac"], "gpu_idle": g["idle_frac"]},
+        effect={n: float(rate[n]) for n in culprits})
 
 
 RULE = BottleneckClass(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext
+from diagnoser.analysis.rules.base import MIN_PEERS, BottleneckClass, Detection, WindowContext, against_peers
 
 STRAGGLER_Z = -4.0  # a node idles far less than its peers (robust z): the others wait for it
 STRAGGLER_GAP = 0.03  # ... by at least this much idle fraction
@@ -11,6 +11,8 @@ MAX_SHARE = 4  # at most one node in this many: a quarter of the job slower is n
 
 def check(w: WindowContext) -> Detection | None:
     nw = w.node
+    if len(nw) < MIN_PEERS:  # "slower than its peers" needs peers (the report says so)
+        return None
     median_idle = nw["idle_frac"].median()
     slow = nw[(nw["idle_frac_z"] <= STRAGGLER_Z) & (nw["idle_frac"] <= median_idle - STRAGGLER_GAP)]
     # A node with a cause of its own found in this window (a throttle, a bad link, loss, a
@@ -21,8 +23,9 @@ def check(w: WindowContext) -> Detection | None:
         return None
     culprits = list(slow["idle_frac"].sort_values().index)
     return Detection(culprits, [], 0.6 + 0.3 * min(-slow["idle_frac_z"].min() / 10, 1.0), {
-        "node_gpu_idle": {n: nw.at[n, "idle_frac"] for n in culprits}, "peer_median_gpu_idle": median_idle,
-        "gpu_idle": w.cluster["idle_frac"]})
+        "node_gpu_idle": against_peers(nw["idle_frac"], culprits),
+        "gpu_idle": w.cluster["idle_frac"]},
+        effect={n: float(median_idle - nw.at[n, "idle_frac"]) for n in culprits})
 
 
 RULE = BottleneckClass(

@@ -1,0 +1,123 @@
+"""The verdict (contract section 5): findings, healthy, or inconclusive, and why.
+
+"Healthy" is a claim: that the window held what the rules need and none of them held. When
+the data cannot carry that claim, the diagnosis says what was missing or contradictory
+instead of printing "looks healthy" over a gap. Each reason says what is missing and what
+was seen, so that on-call knows whether to fix the scrape or look elsewhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnoser.analysis.classify import baseline
+from diagnoser.analysis.features import STATES, Features
+from diagnoser.analysis.rules.base import EXCESS_IDLE, MIN_PEERS
+from diagnoser.model.frame import Frame
+from diagnoser.model.report import FINDINGS, HEALTHY, INCONCLUSIVE, Finding
+
+# Whole windows a verdict needs: the job's baseline is its quieter windows (a quantile), and
+# an incident must be told from the windows around it. Fewer, and there is nothing to compare.
+MIN_WINDOWS = 4
+# GPU idle this far above the job's baseline, in this many consecutive windows, is too much to call
+# healthy when no rule explains it (several times what a finding needs: not noise).
+UNEXPLAINED_IDLE = 3 * EXCESS_IDLE
+UNEXPLAINED_WINDOWS = 2
+# Idle in one network state, as a share of GPU time, worth naming when the NIC series are absent.
+STATE_WORTH_NAMING = 0.05
+STATE_WORDS = {"paused": "while their node's links were paused by PFC",
+               "saturated": "while their node's links ran at line rate",
+               "active": "while their node's links moved traffic below line rate",
+               "quiet": "while their node's links were quiet"}
+
+
+def enough_windows(frame: Frame) -> bool:
+    return not frame.partial and len(frame.windows) >= MIN_WINDOWS
+
+
+def missing_data(frame: Frame, features: Features) -> list[str]:
+    """What the window lacks for a verdict; empty where it holds what the rules need."""
+    reasons = unplaced_series(frame)
+    if not frame.instances:
+        return reasons + ["no series of any node in the window"]
+    if not enough_windows(frame):
+        whole = 0 if frame.partial else len(frame.windows)
+        step = frame.step if not frame.partial else float(np.ceil(frame.scrape_interval * 4))
+        reasons.append(f"the window holds {whole} whole window(s) of the diagnoser's {step:.0f} s grid "
+                       f"({frame.end - frame.start:.0f} s asked, scrapes every {frame.scrape_interval:.0f} s); "
+                       f"comparing windows and peers needs at least {MIN_WINDOWS}: ask for "
+                       f"{MIN_WINDOWS * step / 60:.0f} minutes or more")
+    node = features.node
+    has_nics = bool(node["bytes_rate"].notna().any()) if len(node) else False
+    if not frame.has_gpus:
+        reasons.append("no GPU series: whether GPUs waited on the network cannot be judged")
+    if not has_nics:
+        seen = ""
+        if frame.has_gpus:
+            idle = _idle_by_state(features)
+            named = [f"{share:.0%} of their time {STATE_WORDS[s]}" for s, share in idle.items()
+                     if share >= STATE_WORTH_NAMING and s in STATE_WORDS and s != "quiet"]
+            if named:
+                seen = "; GPUs idled " + " and ".join(named) + " (their own network_state), but the NIC series " \
+                       "that would name the source are absent"
+        reasons.append("no fabric NIC series: network causes (PFC storms, loss, congestion, slow links) cannot be "
+                       "judged" + seen)
+    return reasons
+
+
+def unplaced_series(frame: Frame) -> list[str]:
+    """Series the frame could not put on a node."""
+    if not frame.without_instance:
+        return []
+    return [f"{frame.without_instance} series have no `instance` label and were left out: they cannot be put on a "
+            "node (keep the scrape's instance label, or relabel it to the node's name)"]
+
+
+def unexplained_idle(features: Features, findings: list[Finding]) -> list[str]:
+    """GPU idle far above the job's baseline that no finding covers."""
+    if not features.frame.has_gpus or not len(features.cluster):
+        return []
+    g = features.cluster
+    base = baseline(features).idle_frac
+    step = features.frame.step
+    excess = (g["idle_frac"] - base).to_numpy()
+    covered = np.zeros(len(g), dtype=bool)
+    for f in findings:
+        covered |= (g.index.to_numpy() >= f.start - 1e-6) & (g.index.to_numpy() < f.end - 1e-6)
+    high = (np.nan_to_num(excess) >= UNEXPLAINED_IDLE) & ~covered
+    # Sustained: a run of consecutive windows (a checkpoint's stall fills one window at most).
+    run, longest = 0, 0
+    for h in high:
+        run = run + 1 if h else 0
+        longest = max(longest, run)
+    if longest < UNEXPLAINED_WINDOWS:
+        return []
+    worst = int(np.nanargmax(np.where(high, g["idle_frac"].to_numpy(), -np.inf)))
+    states = {s: float(np.nan_to_num(g[f"idle_{s}_frac"].iloc[worst])) for s in STATES}
+    state = max(states, key=lambda s: states[s])
+    return [f"GPU idle reached {g['idle_frac'].iloc[worst]:.0%} (the job's baseline is {base:.0%}) in "
+            f"{int(high.sum())} windows of {step:.0f} s that no rule explains; most of it "
+            f"{STATE_WORDS.get(state, state)}: a cause outside what these series show"]
+
+
+def too_few_peers(features: Features) -> list[str]:
+    """A note (not a reason): the peer-relative class cannot be judged on a small job."""
+    nodes = len(features.frame.instances)
+    if 0 < nodes < MIN_PEERS:
+        return [f"{nodes} node(s): a straggler (a node slower than its peers) needs at least {MIN_PEERS} nodes to "
+                "compare; storms, loss, slow links and throttling were judged on their own signatures"]
+    return []
+
+
+def _idle_by_state(features: Features) -> dict[str, float]:
+    g = features.cluster
+    total = float(g["gpu_time"].sum(min_count=1))
+    if not np.isfinite(total) or total <= 0:
+        return {}
+    return {s: float((g[f"idle_{s}_frac"] * g["gpu_time"]).sum()) / total for s in STATES}
+
+
+def verdict(findings: list[Finding], reasons: list[str]) -> str:
+    if findings:
+        return FINDINGS
+    return INCONCLUSIVE if reasons else HEALTHY
