@@ -24,9 +24,16 @@ def matches(truth: dict, finding: dict) -> bool:
     job = finding.get("job")
     if truth.get("job") and job and not job.startswith(UNATTRIBUTED) and job != truth["job"]:
         return False
-    overlap = min(truth["end"], finding["end"]) - max(truth["start"], finding["start"])
-    if overlap < 0.5 * min(truth["end"] - truth["start"], finding["end"] - finding["start"]):
+    if _overlap(truth, finding) < 0.5 * min(truth["end"] - truth["start"], finding["end"] - finding["start"]):
         return False
+    return _culprits_match(truth, finding)
+
+
+def _overlap(a: dict, b: dict) -> float:
+    return min(a["end"], b["end"]) - max(a["start"], b["start"])
+
+
+def _culprits_match(truth: dict, finding: dict) -> bool:
     return not RULES[truth["class"]].localised or set(truth.get("nodes", [])) <= set(finding.get("nodes", []))
 
 
@@ -38,8 +45,14 @@ class Score:
     misses: list[str] = field(default_factory=list)
     false_findings: list[str] = field(default_factory=list)
 
-    def add(self, name: str, truth: list[dict], findings: list[dict]) -> None:
+    def add(self, name: str, truth: list[dict], findings: list[dict], cut: list[dict] | None = None) -> None:
+        """Score one diagnosis. `cut`: labelled incidents the window holds only part of; a
+        finding of one of them (same class and culprits, overlapping what was seen) is
+        neither a detection nor a false finding."""
         used: set[int] = set()
+        for k, f in enumerate(findings):
+            if any(t["class"] == f["class"] and _overlap(t, f) > 0 and _culprits_match(t, f) for t in cut or []):
+                used.add(k)
         for t in truth:
             self.incidents[t["class"]] = self.incidents.get(t["class"], 0) + 1
             hit = [k for k, f in enumerate(findings) if matches(t, f)]
@@ -72,6 +85,36 @@ class Score:
                     f"{sum(self.false.values()):6}")
         rows.append(f"recall {self.recall:.3f}  precision {self.precision:.3f}")
         return "\n".join(rows)
+
+
+# Seconds between two shifted windows: prime, so that shifts fall on different seconds of
+# any grid step the diagnoser uses (20 s to an hour: none is a multiple of 29).
+SHIFT = 29
+
+
+def windows_of(first: float, last: float, lengths: tuple[float, ...], offsets: int) -> list[tuple[float, float]]:
+    """Windows over a trace covering first..last: for each length, `offsets` windows whose
+    start moves by SHIFT seconds at a time (each length from a phase of its own, so that no
+    two windows of the sweep start on the same second); a window longer than the trace
+    starts at its start and its end moves instead."""
+    out = []
+    # A trace too short for SHIFT moves its windows by less, within half its length.
+    unit = min(SHIFT, max(1, int((last - first) / 2 / (offsets + 1))))
+    for j, length in enumerate(lengths):
+        for k in range(offsets):
+            shift = k * unit + j * max(1, unit // 4)
+            if first + length + shift <= last:
+                out.append((first + shift, first + shift + length))
+            else:
+                out.append((first, last - shift))
+    return out
+
+
+def inside(incidents: list[dict], start: float, end: float) -> tuple[list[dict], list[dict]]:
+    """(incidents wholly inside [start, end], incidents it cuts)."""
+    whole = [t for t in incidents if t["start"] >= start and t["end"] <= end]
+    cut = [t for t in incidents if t not in whole and t["end"] > start and t["start"] < end]
+    return whole, cut
 
 
 def labels_of(trace: Path) -> dict:

@@ -106,11 +106,12 @@ def analyse(frame: Frame) -> _Diagnosis:
     """features -> classification -> incidents -> findings -> verdict, on one job's frame.
     A window too short to compare is not classified at all: its verdict says why."""
     features = compute(frame)
-    incidents, notes = incidents_of(classify(features), frame.step) if enough_windows(frame) else ([], [])
+    held = classify(features) if enough_windows(frame) else []
+    incidents, notes = incidents_of(held, frame.step)
     findings = findings_of(incidents, frame.has_gpus, judged_until=float(frame.windows[-1] + frame.step))
     reasons = missing_data(frame, features)
     if not findings:
-        reasons += unexplained_idle(features, findings)
+        reasons += unexplained_idle(features, {w.window for w in held})
     elif reasons:  # findings stand; what could not be seen goes with them as notes
         notes, reasons = notes + reasons, []
     return _Diagnosis(features, findings, notes + too_few_peers(features), verdict(findings, reasons), reasons)

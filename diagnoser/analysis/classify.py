@@ -37,38 +37,36 @@ def baseline(f: Features) -> Baseline:
 def windows(f: Features) -> list[WindowContext]:
     """The context of every window that holds node features, with its detections empty."""
     base = baseline(f)
-    node, nic = f.node, f.nic
-    seen = None
+    nic = f.nic
     if len(nic):
         # Over the whole range: NICs that ever carried traffic or were ever up (a spare port
         # down all along is not a fault), and the fastest each ever ran (a link that fell).
         seen = nic.groupby(level=["instance", "device"]).agg(bytes=("bytes", "sum"), up=("up", "max"),
                                                               top_speed=("speed", "max"))
+        keys = nic.index.droplevel("window")
+        used = seen[(seen["bytes"] > 0) | (seen["up"] > 0)].index
+        nic = nic.assign(in_use=keys.isin(used), top_speed=seen["top_speed"].reindex(keys).to_numpy())
+    # One pass to cut the tables by window (a lookup per window costs more than the rules).
+    node_at = _by_window(f.node)
+    nic_at = _by_window(nic)
+    empty_nic = nic.iloc[0:0].droplevel("window") if len(nic) else nic
     speed_median = f.frame.fabric_speed_median
     gpu = f.frame.gpu
     out = []
     for k, (w, g) in enumerate(f.cluster.iterrows()):
-        try:
-            nw = node.xs(w, level="window")
-        except KeyError:
+        nw = node_at.get(float(w))
+        if nw is None:
             continue
-        nicw = _at(nic, w)
-        if seen is not None:
-            used = seen[(seen["bytes"] > 0) | (seen["up"] > 0)].index
-            nicw = nicw.assign(in_use=nicw.index.isin(used),
-                               top_speed=seen["top_speed"].reindex(nicw.index).to_numpy())
         median = float(speed_median[k]) if speed_median is not None and k < len(speed_median) else float("nan")
-        out.append(WindowContext(float(w), g, nw, nicw, base, median, gpu, f.frame.step, {}, EXPLAINS))
+        out.append(WindowContext(float(w), g, nw, nic_at.get(float(w), empty_nic), base, median, gpu, f.frame.step,
+                                 {}, EXPLAINS))
     return out
 
 
-def _at(table: pd.DataFrame, w: float) -> pd.DataFrame:
+def _by_window(table: pd.DataFrame) -> dict[float, pd.DataFrame]:
     if not len(table):
-        return table
-    try:
-        return table.xs(w, level="window")
-    except KeyError:
-        return table.iloc[0:0].droplevel("window")
+        return {}
+    return {float(w): part.droplevel("window") for w, part in table.groupby(level="window", sort=False)}
 
 
 def classify(f: Features) -> list[WindowFinding]:

@@ -73,17 +73,17 @@ def unplaced_series(frame: Frame) -> list[str]:
             "node (keep the scrape's instance label, or relabel it to the node's name)"]
 
 
-def unexplained_idle(features: Features, findings: list[Finding]) -> list[str]:
-    """GPU idle far above the job's baseline that no finding covers."""
+def unexplained_idle(features: Features, explained: set[float]) -> list[str]:
+    """GPU idle far above the job's baseline in windows no rule explained (`explained`: the
+    windows where some rule held, as a finding or as a marker of a cause or of normal
+    operation)."""
     if not features.frame.has_gpus or not len(features.cluster):
         return []
     g = features.cluster
     base = baseline(features).idle_frac
     step = features.frame.step
     excess = (g["idle_frac"] - base).to_numpy()
-    covered = np.zeros(len(g), dtype=bool)
-    for f in findings:
-        covered |= (g.index.to_numpy() >= f.start - 1e-6) & (g.index.to_numpy() < f.end - 1e-6)
+    covered = np.isin(g.index.to_numpy(dtype=float), sorted(explained))
     high = (np.nan_to_num(excess) >= UNEXPLAINED_IDLE) & ~covered
     # Sustained: a run of consecutive windows (a checkpoint's stall fills one window at most).
     run, longest = 0, 0

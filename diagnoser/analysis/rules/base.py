@@ -39,8 +39,9 @@ class Detection:
     devices: list[str]
     confidence: float
     evidence: dict[str, object]
-    # The rule's signal held but another class's finding in the same window explains it:
-    # no finding, only a marker that keeps an incident of this class from being cut in two.
+    # The rule's signal held but another class's finding in the same window (or normal
+    # operation, such as "checkpoint") explains it: no finding, only a marker that keeps an
+    # incident of this class from being cut in two, and tells the verdict the idle is explained.
     suppressed_by: str | None = None
     # How much of the effect each culprit carries, in the rule's own figure (pauses sent,
     # loss events, throttled share...): an incident ranks its culprits by it. None: equal.

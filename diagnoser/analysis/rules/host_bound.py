@@ -42,7 +42,7 @@ def check(w: WindowContext) -> Detection | None:
         return Detection([], [], 0.0, {}, suppressed_by=cause)
     other = np.nan_to_num(g["other_util_median"])
     if other >= CHECKPOINT_OTHER_UTIL and other >= CHECKPOINT_RISE * np.nan_to_num(base.other_util):
-        return None
+        return Detection([], [], 0.0, {}, suppressed_by="checkpoint")  # normal operation: explained, no finding
     return Detection([], [], 0.5 + min(quiet_rise / 0.2, 0.45), {
         "gpu_idle_quiet": g["idle_quiet_frac"], "baseline_gpu_idle_quiet": base.idle_quiet_frac,
         "gpu_idle": g["idle_frac"]})

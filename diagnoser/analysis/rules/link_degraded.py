@@ -13,14 +13,16 @@ FEW_NODES = 4  # at most one node in this many with slow links from the start is
 
 def check(w: WindowContext) -> Detection | None:
     nicw = w.nic
-    if "in_use" in nicw:  # a spare port down all along is not a fault
-        nicw = nicw[nicw["in_use"]]
     if not len(nicw):
         return None
     median_speed = w.fabric_speed_median
     if not np.isfinite(median_speed):
         median_speed = nicw["speed"].median()
     slow = nicw["speed"] < SLOW_LINK * median_speed
+    if not (slow.any() or (nicw["up"] == 0).any() or (nicw["carrier_changes"] > 0).any()):
+        return None  # the common case, decided before any copy
+    if "in_use" in nicw:  # a spare port down all along is not a fault
+        nicw, slow = nicw[nicw["in_use"]], slow[nicw["in_use"]]
     if slow.any():
         # Slower than its peers is a fault where the link fell within the range, runs below a
         # sibling NIC of its own node, or is one of few nodes: a group of nodes that ran slower

@@ -13,8 +13,12 @@ def check(w: WindowContext) -> Detection | None:
     nw = w.node
     if len(nw) < MIN_PEERS:  # "slower than its peers" needs peers (the report says so)
         return None
-    median_idle = nw["idle_frac"].median()
-    slow = nw[(nw["idle_frac_z"] <= STRAGGLER_Z) & (nw["idle_frac"] <= median_idle - STRAGGLER_GAP)]
+    idle = nw["idle_frac"]
+    median_idle = idle.median()
+    is_slow = (nw["idle_frac_z"] <= STRAGGLER_Z) & (idle <= median_idle - STRAGGLER_GAP)
+    if not is_slow.any():
+        return None
+    slow = nw[is_slow]
     # A node with a cause of its own found in this window (a throttle, a bad link, loss, a
     # storm) is that cause's culprit, not a straggler.
     explained = {n for d in w.found.values() for n in d.nodes}
