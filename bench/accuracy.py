@@ -1,13 +1,21 @@
-"""Accuracy of the diagnoser on traces it was not tuned on.
+"""Accuracy of the diagnoser on traces it was not tuned on, over shifted windows.
 
     python bench/accuracy.py                 # fresh evaluation suite, seed 2000 (held out)
     python bench/accuracy.py --seed 3000     # another one
     python bench/accuracy.py DIR             # traces with .labels.json in DIR (replay_data/, ...)
+    python bench/accuracy.py --offsets 30    # 30 windows per length (default 8)
 
-Each trace goes through exactly what `diagnose` runs (diagnoser.pipeline), jobs and all.
+Each trace is read once and diagnosed over windows of 15 min, 30 min, 1 h and 3 h whose
+start (or, beyond the trace's length, whose end) moves by 29 s at a time: every window
+goes through exactly what `diagnose` runs on it (diagnoser.pipeline), jobs and all. A
+labelled incident wholly inside a window must be found in it; a finding must match a
+labelled incident (one the window cuts may be found or not); a healthy trace must have no
+finding in any window.
 
 The thresholds were tuned on replay_data/ and the suite of seed 1000; seed 2000 and later
-are the measurement. Prints per class: labelled incidents, detected, false findings.
+are the measurement. Prints per class: labelled incidents (counted once per window that
+holds them), detected, false findings; then the windows whose answer differs from the
+labels.
 """
 
 from __future__ import annotations
@@ -19,20 +27,30 @@ import tempfile
 import time
 from pathlib import Path
 
-from diagnoser.evaluate import Score, labels_of
-from diagnoser.pipeline import diagnose as run_diagnosis
-from diagnoser.sources import Source
+from diagnoser.evaluate import Score, inside, labels_of, windows_of
+from diagnoser.pipeline import diagnose_frame
+from diagnoser.sources.replay import frame_of, read
+
+LENGTHS = (15 * 60.0, 30 * 60.0, 3600.0, 3 * 3600.0)
 
 
-def diagnose(trace: Path) -> list[dict]:
-    """What `diagnose --replay TRACE --format json` finds (the same pipeline, in-process)."""
-    return run_diagnosis(Source(replay=str(trace))).to_dict()["findings"]
+def sweep(trace: Path, score: Score, offsets: int) -> int:
+    """Score every shifted window of one trace; returns how many were diagnosed."""
+    parsed = read(trace)
+    labels = labels_of(trace)["incidents"]
+    windows = windows_of(parsed.first, parsed.last, LENGTHS, offsets)
+    for start, end in windows:
+        findings = diagnose_frame(frame_of(parsed, start=start, end=end)).to_dict()["findings"]
+        whole, cut = inside(labels, start, end)
+        score.add(f"{trace.name} +{start - parsed.first:.0f}..+{end - parsed.first:.0f}s", whole, findings, cut)
+    return len(windows)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dirs", nargs="*", help="folders of labelled traces (default: a fresh evaluation suite)")
     p.add_argument("--seed", type=int, default=2000)
+    p.add_argument("--offsets", type=int, default=8, help="windows per length (default 8)")
     p.add_argument("-v", "--verbose", action="store_true", help="list misses and false findings")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -42,12 +60,13 @@ def main() -> int:
             subprocess.run([sys.executable, "-m", "gpunet.simulate.suite", "--evaluation", tmp, "--seed",
                             str(args.seed)], check=True, stdout=subprocess.DEVNULL)
             dirs = [Path(tmp)]
-        score, started, traces = Score(), time.perf_counter(), 0
+        score, started, traces, windows = Score(), time.perf_counter(), 0, 0
         for d in dirs:
             for trace in sorted(d.rglob("*.om.gz")):
-                score.add(trace.name, labels_of(trace)["incidents"], diagnose(trace))
+                windows += sweep(trace, score, args.offsets)
                 traces += 1
-        print(f"{traces} traces, {time.perf_counter() - started:.1f} s")
+        print(f"{traces} traces, {windows} windows ({args.offsets} per length of 15m, 30m, 1h, 3h), "
+              f"{time.perf_counter() - started:.1f} s")
         print(score.table())
         if args.verbose:
             for line in score.misses:

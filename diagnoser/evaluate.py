@@ -29,6 +29,13 @@ def matches(truth: dict, finding: dict) -> bool:
     return _culprits_match(truth, finding)
 
 
+def of_cut(finding: dict, cut: list[dict]) -> bool:
+    """Whether a finding is of an incident the window holds only part of (same class and
+    culprits, overlapping what the window saw): neither right nor wrong."""
+    return any(t["class"] == finding["class"] and _overlap(t, finding) > 0 and _culprits_match(t, finding)
+               for t in cut)
+
+
 def _overlap(a: dict, b: dict) -> float:
     return min(a["end"], b["end"]) - max(a["start"], b["start"])
 
@@ -49,10 +56,7 @@ class Score:
         """Score one diagnosis. `cut`: labelled incidents the window holds only part of; a
         finding of one of them (same class and culprits, overlapping what was seen) is
         neither a detection nor a false finding."""
-        used: set[int] = set()
-        for k, f in enumerate(findings):
-            if any(t["class"] == f["class"] and _overlap(t, f) > 0 and _culprits_match(t, f) for t in cut or []):
-                used.add(k)
+        used = {k for k, f in enumerate(findings) if of_cut(f, cut or [])}
         for t in truth:
             self.incidents[t["class"]] = self.incidents.get(t["class"], 0) + 1
             hit = [k for k, f in enumerate(findings) if matches(t, f)]

@@ -18,6 +18,7 @@ from diagnoser.analysis.audit import audit as audit_configuration
 from diagnoser.analysis.audit import cross_reference
 from diagnoser.analysis.capacity import ModelSize, advise
 from diagnoser.analysis.classify import classify
+from diagnoser.analysis.crossjob import attribute
 from diagnoser.analysis.features import Features, compute
 from diagnoser.analysis.findings import cost, findings_of, price_findings, summary
 from diagnoser.analysis.incidents import incidents_of
@@ -151,6 +152,7 @@ def _by_job(frame: Frame, jobs: list[Job], options: Options) -> tuple[Report, di
             entry.cost = cost(d.features, window, d.findings, options.gpu_hour_price, options.currency)
         summaries.append(entry)
         findings.extend(d.findings)
+    findings = attribute(findings, summaries)
     summaries.sort(key=lambda j: (-j.gpu_idle_seconds_in_findings, -(j.summary.gpu_idle_fraction or 0), j.name))
     order = {j.name: k for k, j in enumerate(summaries)}
     findings.sort(key=lambda f: (order[str(f.job)], -(f.gpu_idle_seconds or 0.0)))

@@ -47,6 +47,15 @@ def assert_per_job(doc: dict, labels: dict, attributed: bool) -> None:
         used.update(hits)
     extra = [f for k, f in enumerate(doc["findings"]) if k not in used]
     assert not extra, extra
+    # On a shared fabric: the victim job is told which job's fault it waited on, and the
+    # cause names the victim; the victim has no finding of its own (its pauses are the cause's).
+    for waited in labels.get("waited_on", []):
+        victim = next(j for j in doc["jobs"] if j["name"] == waited["job"])
+        assert victim["findings"] == 0 and victim["verdict"] == "findings", victim
+        assert [(w["job"], w["class"], w["nodes"]) for w in victim.get("waited_on", [])] == \
+            [(waited["cause_job"], waited["class"], waited["nodes"])], victim
+        cause = next(f for f in doc["findings"] if f["job"] == waited["cause_job"] and f["class"] == waited["class"])
+        assert [v["job"] for v in cause["victims"]] == [waited["job"]]
     # contract section 5 keys stay, with a job on each finding
     assert {"source", "start", "end", "nodes", "gpus", "gpu_idle_fraction", "findings"} <= doc.keys()
     assert doc["nodes"] == sum(len(v) for v in truth_jobs.values())

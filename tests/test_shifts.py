@@ -46,7 +46,8 @@ def sweep(trace: Path, diagnosis, windows) -> dict[tuple, set]:
             assert doc["verdict"] == "healthy", (where, doc.get("inconclusive_reasons"))
         for truth in whole:
             f = next(f for f in doc["findings"] if matches(truth, f))
-            if RULES[truth["class"]].localised and truth["nodes"]:  # culprits exact (where the labels name any): no neighbour named beside the labelled node
+            # Culprits exact where the labels name any: no neighbour named beside the labelled node.
+            if RULES[truth["class"]].localised and truth["nodes"]:
                 assert set(f["nodes"]) == set(truth["nodes"]), (where, truth, f["nodes"])
             found.setdefault((truth["class"], truth["start"]), set()).add((f["class"], tuple(f["nodes"])))
     return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from diagnoser.analysis.calibration import calibrated
 from diagnoser.analysis.features import Features
 from diagnoser.analysis.rules import rule
 from diagnoser.model.findings import Incident
@@ -22,8 +23,9 @@ def findings_of(incidents: list[Incident], has_gpus: bool, job: str | None = Non
     for i in incidents:
         record = rule(i.cls)
         out.append(Finding(i.cls, record.title, round(i.start, 3), round(i.end, 3), i.nodes, i.devices,
-                           round(i.confidence, 2), round(i.gpu_idle_seconds, 1) if has_gpus else None,
-                           i.evidence, record.remediation, job, ongoing=i.end >= judged_until - 1e-6))
+                           round(calibrated(i.confidence), 2), round(i.gpu_idle_seconds, 1) if has_gpus else None,
+                           i.evidence, record.remediation, job, ongoing=i.end >= judged_until - 1e-6,
+                           score=i.confidence))
     return out
 
 

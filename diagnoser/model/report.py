@@ -32,6 +32,9 @@ class Finding:
     gpu_hours_idle: float | None = None
     cost: float | None = None  # money, with a price per GPU-hour
     ongoing: bool = False  # it reaches the last window judged: still going on
+    score: float = float("nan")  # the rules' own score, before calibration into `confidence`
+    # Other jobs on the same fabric that waited on this cause (diagnoser/analysis/crossjob.py).
+    victims: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         doc: dict = {"job": self.job} if self.job is not None else {}
@@ -44,6 +47,8 @@ class Finding:
             doc["gpu_hours_idle"] = self.gpu_hours_idle
         if self.cost is not None:
             doc["cost"] = self.cost
+        if self.victims:
+            doc["victims"] = self.victims
         return doc
 
 
@@ -107,6 +112,7 @@ class JobSummary:
     notes: list[str] = field(default_factory=list)
     verdict: str = HEALTHY  # of this job: findings | healthy | inconclusive
     inconclusive_reasons: list[str] = field(default_factory=list)
+    waited_on: list[dict] = field(default_factory=list)  # other jobs' causes it waited on (shared fabric)
 
     def to_dict(self) -> dict:
         s = self.summary
@@ -116,6 +122,8 @@ class JobSummary:
                      "gpu_idle_seconds_in_findings": self.gpu_idle_seconds_in_findings}
         if self.inconclusive_reasons:
             doc["inconclusive_reasons"] = self.inconclusive_reasons
+        if self.waited_on:
+            doc["waited_on"] = self.waited_on
         if self.capacity is not None:
             doc["capacity"] = self.capacity
         if self.cost is not None:

@@ -76,7 +76,14 @@ def _window(s: Summary) -> str:
 def _job(job: JobSummary, findings: list[Finding], h2: str, h3: str) -> list[str]:
     found = "workload " + job.found_by if job.found_by != "behaviour" else "grouped by behaviour"
     lines = [f"{h2}job {job.name} ({found})", _window(job.summary)]
-    lines += _verdict(job.verdict, job.inconclusive_reasons, len(findings), h3)
+    if job.waited_on and not findings:
+        lines += [f"{h3}Verdict: waited on another job's fault over the shared fabric", ""]
+    else:
+        lines += _verdict(job.verdict, job.inconclusive_reasons, len(findings), h3)
+    for w in job.waited_on:
+        lines += [f"{INDENT}- waited on job {w['job']}'s {w['class']} (culprit {', '.join(w['nodes'])}) "
+                  f"{rfc3339(w['start'])} .. {rfc3339(w['end'])}: {_figure(w['gpu_idle_seconds'] or 0.0)} GPU-seconds "
+                  "idle; see that job's finding", ""]
     lines += _findings(findings, h3, job.cost)
     lines += _capacity(job.capacity, h3) + _cost(job.cost, h3, "Cost")
     while lines[-1] == "":
@@ -111,7 +118,8 @@ def finding_lines(f: Finding, n: int, h: str = "", currency: str = "") -> list[s
         impact = "GPU impact unknown (no GPU series)"
     if f.cost is not None:
         impact += f" (= {_money(f.cost, currency)})"
-    lines = [f"{h}{n}. {f.title} ({f.cls}), confidence {f.confidence:.2f}",
+    lines = [f"{h}{n}. {f.title} ({f.cls}), confidence {f.confidence:.2f}"
+             + (f"; other jobs waited on it: {', '.join(str(v['job']) for v in f.victims)}" if f.victims else ""),
              f"{INDENT}{rfc3339(f.start)} .. {rfc3339(f.end)} ({minutes:.0f} min"
              f"{', still going on' if f.ongoing else ''}), {impact}"]
     if f.nodes:

@@ -12,7 +12,7 @@ import numpy as np
 
 from gpunet.simulate.cluster import Cluster
 from gpunet.simulate.conditions import Timeline, baseline
-from gpunet.simulate.faults import STRENGTH, DcqcnBackground, Effect, Fault, LinkDegraded, is_localised, make_fault
+from gpunet.simulate.faults import FROM_OUTSIDE, STRENGTH, DcqcnBackground, Effect, Fault, LinkDegraded, is_localised, make_fault
 from gpunet.simulate.node import NodeModel, NodeOut, NodeSetup
 from gpunet.simulate.params import FaultSpec, SimSpec, parse_duration
 from gpunet.simulate.physics import Schedule, fast_ticks, run_steps
@@ -42,6 +42,8 @@ class Result:
         """Ground truth, contract section 3."""
         incidents = []
         for f in self.faults:
+            if f.spec.variant == FROM_OUTSIDE:  # the source's job holds the incident (multijob --shared-fabric)
+                continue
             nodes = [self.cluster.instances[i] for i in f.culprits] if is_localised(f.spec) else []
             incidents.append({"class": f.spec.cls, "start": round(self.spec.start_time + f.start, 3),
                               "end": round(self.spec.start_time + f.end, 3), "nodes": nodes})

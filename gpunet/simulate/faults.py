@@ -50,6 +50,7 @@ from gpunet.simulate.conditions import Conditions, solve_loss
 from gpunet.simulate.params import FaultSpec, SimSpec
 
 LOCALISED = {"pfc_storm", "link_degraded", "gpu_throttle", "straggler", "packet_loss"}
+FROM_OUTSIDE = "from_outside"  # a fault whose source is another job on a shared fabric: no incident of this job
 R = {r: i for i, r in enumerate(THROTTLE_REASONS)}
 
 # class -> (default strength, strength at calibration position lam in [0, 1], meaning)
@@ -140,11 +141,18 @@ class Congestion(Fault):
 
 
 class PfcStorm(Fault):
+    """Variant `from_outside`: the storming host belongs to another job on the same spine-leaf
+    fabric (gpunet.simulate.multijob --shared-fabric): this job's links are paused and frozen
+    as a victim's, and none of its own nodes sends the pauses."""
+
     def _apply(self, c, t):
         sev = min(1.0, max(0.0, (1.0 - self.strength) / 0.96))
         speed = self.sim.cluster.nic_speed
         rails = self.nics
         c.cap[:, rails] *= self.strength  # the rail's switch is frozen for everyone
+        if self.spec.variant == FROM_OUTSIDE:
+            c.pause_rx[:, rails] += 2500.0 * sev
+            return
         c.pause_tx_const[self.cidx] += 12000.0 * (speed / 25e9) * sev
         others = np.setdiff1d(np.arange(c.cap.shape[0]), self.culprits)
         c.pause_rx[np.ix_(others, rails)] += 2500.0 * sev

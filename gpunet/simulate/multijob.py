@@ -6,14 +6,17 @@
         --job 'vision: --nodes 8 --gpus 4 --nics 2 --fault straggler:start=10m,dur=10m'
 
 Each job is simulated as its own cluster (its own size, speed, behaviour and faults: the
-`gpunet-simulate` options after the name), on its own fabric. The nodes are then given
+`gpunet-simulate` options after the name), on its own fabric; with --shared-fabric the jobs
+share one spine-leaf fabric, so that a PFC storm from one job's node pauses and freezes the
+links of every other job too (the same storm, as a victim sees it). The nodes are then given
 distinct hostnames of one style, spread over the cluster at random (jobs are not placed in
 name order on real clusters), and the series merged into one trace with each metric
 family contiguous (contract section 3). Every GPU gets its gpunet_gpu_workload_info series
 (source kubernetes), unless --no-workload-info: then only behaviour tells the jobs apart.
 
 labels.json: the incidents of every job, each with a `job` key, and `jobs`: each job's
-instances.
+instances; with --shared-fabric, `waited_on`: each job that waited on another job's
+incident ({job, cause_job, class, start, end, nodes}), which is no incident of its own.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from gpunet import contract as C
 from gpunet.simulate.cli import build_parser as simulate_parser
 from gpunet.simulate.cli import spec_from_args
 from gpunet.simulate.cluster import hostname
+from gpunet.simulate.faults import FROM_OUTSIDE
 from gpunet.simulate.params import HOSTNAME_STYLES
 from gpunet.trace import TraceWriter, timestamp_suffixes
 
@@ -53,7 +57,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", default="training")
     p.add_argument("--no-workload-info", action="store_true", help="leave gpunet_gpu_workload_info out")
     p.add_argument("--compress-level", type=int, default=6)
+    p.add_argument("--shared-fabric", action="store_true",
+                   help="the jobs share one fabric: a PFC storm in one job pauses the others' links too")
     return p
+
+
+# Faults whose effect crosses from one job to the others on a shared fabric: a storming NIC
+# fills its switch's buffers and the pauses spread up the spine to every job behind it.
+SPILLS = ("pfc_storm",)
+
+
+def spill(jobs: list[tuple[str, list[str]]]) -> tuple[list[tuple[str, list[str]]], list[tuple[int, int, str]]]:
+    """Each job's options with the other jobs' spilling faults added as `from_outside`
+    faults, and (victim job, source job, fault text) for each."""
+    added: list[tuple[int, int, str]] = []
+    for source, (_, opts) in enumerate(jobs):
+        for flag, text in zip(opts, opts[1:]):
+            if flag == "--fault" and text.split(":", 1)[0] in SPILLS and FROM_OUTSIDE not in text:
+                added += [(victim, source, text) for victim in range(len(jobs)) if victim != source]
+    out = [(name, list(opts)) for name, opts in jobs]
+    for victim, _, text in added:
+        cls, _, rest = text.partition(":")
+        kept = ",".join(kv for kv in rest.split(",") if kv.split("=")[0] in ("start", "dur", "end", "strength"))
+        out[victim][1].extend(["--fault", f"{cls}:{kept},variant={FROM_OUTSIDE}"])
+    return out, added
 
 
 def generate(argv: list[str]) -> dict:
@@ -61,6 +88,9 @@ def generate(argv: list[str]) -> dict:
 
     args = build_parser().parse_args(argv)
     jobs = [parse_job(j) for j in args.job]
+    spilled: list[tuple[int, int, str]] = []
+    if args.shared_fabric:
+        jobs, spilled = spill(jobs)
     results = []
     for k, (name, opts) in enumerate(jobs):
         common = ["--duration", args.duration, "--scrape", args.scrape, "--seed", str(args.seed * 100 + k),
@@ -84,6 +114,15 @@ def generate(argv: list[str]) -> dict:
                                "gpus_per_node": r.spec.cluster.gpus})
         labels["incidents"] += [{**i, "job": workload} for i in r.labels()["incidents"]]
     labels["incidents"].sort(key=lambda i: (i["start"], i["job"], i["class"]))
+    if spilled:
+        labels["waited_on"] = []
+        for victim, source, text in spilled:
+            cls = text.split(":", 1)[0]
+            cause_job = f"{args.namespace}/{results[source][0]}"
+            for i in labels["incidents"]:
+                if i["job"] == cause_job and i["class"] == cls:
+                    labels["waited_on"].append({"job": f"{args.namespace}/{results[victim][0]}", "cause_job": cause_job,
+                                                "class": cls, "start": i["start"], "end": i["end"], "nodes": i["nodes"]})
     path = Path(str(args.out).removesuffix(".gz").removesuffix(".om") + ".labels.json")
     path.write_text(json.dumps(labels, indent=1) + "\n")
     return {**stats, "incidents": labels["incidents"], "jobs": labels["jobs"]}
@@ -145,6 +184,12 @@ COMMITTED = {
                                 "--job", f"recsys-b: --nodes 6 {SMALL} --nic-speed 25G "
                                          "--fault network_bandwidth:start=4m,dur=10m,strength=2.5",
                                 "--job", f"moe-c: --nodes 8 {SMALL} --fault straggler:start=17m,dur=10m"]),
+    "jobs2_shared_storm": ("two jobs on one spine-leaf fabric: a PFC storm from a node of one pauses the other's "
+                           "links too; the cause is reported once, in the job of its source",
+                           ["--duration", "30m", "--scrape", "30s", "--seed", "204", "--compress-level", "9",
+                            "--shared-fabric",
+                            "--job", f"llm-a: --nodes 8 {SMALL} --fault pfc_storm:start=11m,dur=8m",
+                            "--job", f"vision-b: --nodes 6 {SMALL}"]),
 }
 
 

@@ -128,6 +128,9 @@ class BottleneckClass:
     # "slow" (far below its communicator's median) or "late" (far above it).
     nccl_signal: str | None = None
     incident_filter: IncidentFilter | None = None  # incidents that are normal operation, not findings
+    # Whether its effect reaches other jobs on the same fabric (a storm's pauses climb the
+    # spine to every job behind the same switches; a slow node slows only its own job).
+    reaches_other_jobs: bool = False
 
 
 # Peers, for rules that compare a node with the others of its job: fewer than this many

@@ -54,5 +54,6 @@ RULE = BottleneckClass(
     # The victims' received pauses look like congestion; their stalled fabric leaves GPUs
     # idle with nothing on the wire.
     explains=frozenset({"network_congestion", "host_bound"}),
+    reaches_other_jobs=True,
     chart=("pfc_tx_rate", "PFC pauses sent per second"),
 )

@@ -1,0 +1,85 @@
+"""Fit the confidence calibration (diagnoser/analysis/calibration.py) and write its table.
+
+    python -m diagnoser.calibrate                        # tuning seeds 1000 and 1001
+    python -m diagnoser.calibrate --seeds 1000 1001 1002 --offsets 4
+
+Generates the simulator's evaluation suite for each seed, diagnoses every trace over
+shifted windows (diagnoser.evaluate.windows_of), marks each finding right (it matches a
+labelled incident) or wrong, and fits an isotonic regression of right on the rules' score.
+Seeds 2000 and later are held out for bench/calibration.py; never fit on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from sklearn.isotonic import IsotonicRegression
+
+from diagnoser.analysis.calibration import PARAMETERS
+from diagnoser.evaluate import inside, labels_of, matches, of_cut, windows_of
+from diagnoser.pipeline import diagnose_frame
+from diagnoser.sources.replay import frame_of, read
+
+LENGTHS = (15 * 60.0, 30 * 60.0, 3600.0, 3 * 3600.0)
+# The fitted confidence stays within these: no finding is certain, none worthless enough to print.
+FLOOR, CEILING = 0.05, 0.99
+
+
+def outcomes(folder: Path, offsets: int) -> list[tuple[str, float, bool]]:
+    """(class, rule score, right) of every finding over shifted windows of every trace in
+    `folder`; findings of an incident the window cuts are left out (neither right nor wrong)."""
+    out = []
+    for trace in sorted(folder.rglob("*.om.gz")):
+        parsed = read(trace)
+        labels = labels_of(trace)["incidents"]
+        for start, end in windows_of(parsed.first, parsed.last, LENGTHS, offsets):
+            report = diagnose_frame(frame_of(parsed, start=start, end=end))
+            whole, cut = inside(labels, start, end)
+            for f in report.findings:
+                doc = f.to_dict()
+                if not of_cut(doc, cut):
+                    out.append((f.cls, f.score, any(matches(t, doc) for t in whole)))
+    return out
+
+
+def suite(seed: int, folder: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "gpunet.simulate.suite", "--evaluation", str(folder), "--seed", str(seed)],
+                   check=True, stdout=subprocess.DEVNULL)
+    return folder
+
+
+def fit(results: list[tuple[str, float, bool]]) -> dict:
+    scores = np.array([s for _, s, _ in results])
+    right = np.array([r for _, _, r in results], dtype=float)
+    model = IsotonicRegression(y_min=FLOOR, y_max=CEILING, out_of_bounds="clip").fit(scores, right)
+    return {"score": [round(float(x), 4) for x in model.X_thresholds_],
+            "confidence": [round(float(y), 4) for y in model.y_thresholds_],
+            "findings": len(results), "right": int(right.sum())}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001])
+    p.add_argument("--offsets", type=int, default=4, help="windows per length (default 4)")
+    p.add_argument("--out", type=Path, default=PARAMETERS)
+    args = p.parse_args()
+    results: list[tuple[str, float, bool]] = []
+    for seed in args.seeds:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(f"seed {seed}: generating and diagnosing ...", file=sys.stderr)
+            results += outcomes(suite(seed, Path(tmp)), args.offsets)
+    doc = {"fitted_on": {"seeds": args.seeds, "offsets_per_length": args.offsets,
+                         "command": "python -m diagnoser.calibrate " + " ".join(sys.argv[1:])}, **fit(results)}
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{doc['findings']} findings, {doc['right']} right; {len(doc['score'])} steps -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
