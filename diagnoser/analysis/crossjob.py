@@ -1,7 +1,8 @@
 """Jobs that share a fabric: one job's fault seen from another job.
 
 A PFC storm from one job's node pauses every link behind the same switches, whichever job
-they carry (a class's record says whether its effect `reaches_other_jobs`). Diagnosed job by job, the other jobs see pauses they did not send and report
+they carry (a class's record says whether its effect `reaches_other_jobs`). Diagnosed job
+by job, the other jobs see pauses they did not send and report
 congestion (or GPUs idling with a quiet network) with no culprit of their own. Here such a
 finding is recognised as a symptom of the cause found in the other job (the cause's class
 record says which classes it produces as symptoms, `explains`) over the same time: the

@@ -12,7 +12,16 @@ import numpy as np
 
 from gpunet.simulate.cluster import Cluster
 from gpunet.simulate.conditions import Timeline, baseline
-from gpunet.simulate.faults import FROM_OUTSIDE, STRENGTH, DcqcnBackground, Effect, Fault, LinkDegraded, is_localised, make_fault
+from gpunet.simulate.faults import (
+    FROM_OUTSIDE,
+    STRENGTH,
+    DcqcnBackground,
+    Effect,
+    Fault,
+    LinkDegraded,
+    is_localised,
+    make_fault,
+)
 from gpunet.simulate.node import NodeModel, NodeOut, NodeSetup
 from gpunet.simulate.params import FaultSpec, SimSpec, parse_duration
 from gpunet.simulate.physics import Schedule, fast_ticks, run_steps
