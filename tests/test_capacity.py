@@ -187,3 +187,13 @@ def test_an_incident_that_ended_costs_what_it_cost_and_nothing_a_day(capsys):
         assert doc["cost"]["gpu_hours_lost_per_day"] == 0
         costs.add(storm["gpu_idle_seconds"])
     assert len(costs) == 1, costs
+
+
+@pytest.mark.parametrize("name", ["gpu_throttle", "straggler_trickle", "host_bound", "healthy_basic",
+                                  "healthy_confounders", "healthy_join_leave"])
+def test_no_faster_links_beside_a_cause_that_explains_the_idle_or_within_the_noise(capsys, name):
+    """Faster NICs give back only the idle spent waiting on links at line rate that no
+    finding explains, and only beyond the figure's own window-to-window noise."""
+    cap = diagnosis(f"replay_data/{name}.om.gz", capsys)["capacity"]
+    assert cap["upgrade_to"] is None, cap["verdict"]
+    assert cap["gpu_idle_saturated_noise"] is not None and cap["gpu_idle_saturated_noise"] >= 0

@@ -56,9 +56,12 @@ def check(w: WindowContext) -> Detection | None:
     # or optic is lossy both ways, so its node's neighbours in the collective count loss
     # too; the port that receives corrupted frames (CRC/symbol errors) is the one to fix.
     culprits = _local(loss_nodes) if rdma_loss else (tcp_local or _local(node_ratio))
-    if len(culprits) > 1 and "rx_error_rate" in nw:
-        erring = [n for n in _local(nw["rx_error_rate"]) if n in culprits]
-        culprits = erring or culprits
+    # (On 2 or 3 nodes every node sees about as much loss: the errors alone name the port.)
+    erring = _local(nw["rx_error_rate"]) if "rx_error_rate" in nw else []
+    if len(culprits) > 1:
+        culprits = [n for n in erring if n in culprits] or culprits
+    elif not culprits and rdma_loss:
+        culprits = [n for n in erring if loss_nodes.get(n, 0) > 0]
     severe = w.excess >= 2 * EXCESS_IDLE if w.has_gpu else False
     evidence: dict[str, object] = {"loss_events_per_s": float(loss_nodes.sum()), "tcp_retransmit_ratio": ratio}
     if culprits:
