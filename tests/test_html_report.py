@@ -19,6 +19,17 @@ def test_html_report_is_self_contained_with_the_charts(tmp_path):
     assert 'id="culprit-1"' in text and 'id="culprit-2"' in text  # pfc_storm and gpu_throttle vs peers
     assert "node-002:9845" in text and "node-005:9845" in text
     assert not re.search(r'(src|href)="https?://', text) and "<script" not in text  # nothing to fetch
+    # The verdict before any chart, naming the worst finding.
+    assert text.index('id="verdict"') < text.index('id="gpu-time"')
+    assert 'class="verdict-findings"' in text and "2 finding(s); the worst:" in text
+
+
+def test_html_report_says_inconclusive_first(tmp_path):
+    page = tmp_path / "short.html"
+    result = diagnose("--replay", str(REPO / "replay_data" / "pfc_storm.om.gz"), "--since", "5m", "--html", str(page))
+    assert result.returncode == 0, result.stderr
+    text = page.read_text()
+    assert 'class="verdict-inconclusive"' in text and "whole window" in text
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")

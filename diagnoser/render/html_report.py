@@ -9,7 +9,7 @@ import html
 
 import numpy as np
 
-from diagnoser.model.report import CulpritChart, Finding, GpuTimeChart, Report
+from diagnoser.model.report import FINDINGS, HEALTHY, CulpritChart, Finding, GpuTimeChart, Report
 from diagnoser.render.text import render_text
 from gpunet.window import rfc3339
 
@@ -90,8 +90,23 @@ def culprit_svg(chart: CulpritChart, cls: str) -> str:
             f'height="{HEIGHT + 18}">{shade}{"".join(svg)}{_axes(t0, t1, chart.title, f"{top:.3g}")}</svg>')
 
 
+def _verdict(report: Report) -> str:
+    """The verdict first, in words and colour, before any chart."""
+    color = {FINDINGS: "#e45756", HEALTHY: "#54a24b"}.get(report.verdict, "#f58518")
+    if report.verdict == FINDINGS:
+        worst = report.findings[0]
+        culprits = f" on {', '.join(worst.nodes[:3])}" if worst.nodes else ""
+        text = f"{len(report.findings)} finding(s); the worst: {worst.title}{culprits}"
+    elif report.verdict == HEALTHY:
+        text = "healthy: no bottleneck found, and the window held what a verdict needs"
+    else:
+        text = "inconclusive: " + "; ".join(report.inconclusive_reasons)
+    return (f'<p id="verdict" class="verdict-{report.verdict}" style="border-left:6px solid {color};'
+            f'padding:8px 12px;font-size:1.15em"><b>Verdict:</b> {html.escape(text)}</p>')
+
+
 def render_html(report: Report) -> str:
-    """The page: GPU time, the culprit charts, then the text report."""
+    """The page: the verdict, GPU time, the culprit charts, then the text report."""
     if report.gpu_time_chart is not None:
         charts = [gpu_time_svg(report.gpu_time_chart, report.findings)]
     else:
@@ -102,6 +117,7 @@ def render_html(report: Report) -> str:
 <style>body{{font-family:sans-serif;margin:24px;max-width:960px}} pre{{white-space:pre-wrap;background:#f6f6f6;
 padding:12px}} svg{{display:block;margin:12px 0}}</style></head>
 <body><h1>gpunet diagnosis</h1>
+{_verdict(report)}
 {''.join(charts)}
 <pre id="report">{html.escape(render_text(report))}</pre>
 </body></html>
