@@ -11,11 +11,13 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shutil
 from pathlib import Path
 
 import jsonschema
 import pytest
 from test_diagnoser import REPO, SCHEMA, diagnose
+from test_diagnoser_prometheus import window
 
 STORM = REPO / "replay_data" / "pfc_storm.om.gz"
 HEALTHY = REPO / "replay_data" / "healthy_basic.om.gz"
@@ -108,3 +110,14 @@ def test_the_text_report_says_the_verdict_first(tmp_path):
     assert "looks healthy" not in "\n".join(lines)
     lines = diagnose("--replay", str(HEALTHY)).stdout.splitlines()
     assert lines[2].startswith("Verdict: healthy"), lines[:4]
+
+
+@pytest.mark.prometheus
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+def test_series_without_instance_are_named_from_prometheus_too(tmp_path, served):
+    trace = strip_instance(HEALTHY, tmp_path / "one-lost-served.om.gz", only="node-003:9845")
+    url = served(trace)
+    first, last = window(trace)
+    doc = document("--prometheus", url, "--start", first, "--end", last)
+    assert doc["verdict"] == "inconclusive", doc
+    assert any("no `instance` label" in r for r in doc["inconclusive_reasons"])

@@ -245,6 +245,8 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
                      fine, speed_median, [], gpu_rows)
     frame.workloads, frame.node_fine, frame.nccl = workloads, node_fine, nccl
     frame.config, frame.partial = config, partial
+    # Series that no node can be given (recording rules or remote writes that dropped it).
+    frame.without_instance = len(await client.series(['{__name__=~"gpunet_.+",instance=""}'], start, end))
     if has_gpus:
         frame.gpu_seconds = await _gpu_seconds(client, start, end)
     return frame
