@@ -210,7 +210,16 @@ def test_host_bound_is_a_marker_beside_a_stalled_fabric_and_nothing_beside_a_str
 
 
 def test_a_checkpoint_on_the_storage_nics_is_not_host_bound():
-    assert check("host_bound", window({"idle_frac": 0.3, "idle_quiet_frac": 0.14, "other_util_median": 0.1})) is None
+    """Normal operation: no finding, only a marker that tells the verdict the idle is explained."""
+    d = check("host_bound", window({"idle_frac": 0.3, "idle_quiet_frac": 0.14, "other_util_median": 0.1}))
+    assert d is not None and d.suppressed_by == "checkpoint" and not d.nodes
+
+
+def test_a_brief_stall_inside_the_window_is_not_host_bound():
+    """A 20 s checkpoint in a 2-minute window: quiet idle high over the window, but not
+    sustained through its sub-windows."""
+    ctx = window({"idle_frac": 0.3, "idle_quiet_frac": 0.14, "idle_quiet_sustained": 0.05})
+    assert check("host_bound", ctx) is None
 
 
 def test_periodic_brief_stalls_are_left_out_with_a_note():

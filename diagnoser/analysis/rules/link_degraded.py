@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext
+from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext, against_peers
 
 # A link below its peers' speed (a 200G NIC trained at 100G, or 4x lanes at 2x).
 SLOW_LINK = 0.75
@@ -47,8 +47,23 @@ def check(w: WindowContext) -> Detection | None:
             return f"{nicw.at[(i, d), 'speed'] * 8 / 1e9:.0f} Gb/s vs peers {median_speed * 8 / 1e9:.0f} Gb/s"
         return f"{nicw.at[(i, d), 'carrier_changes']:.0f} carrier changes"
 
-    return Detection(culprits, sorted({d for _, d in bad.index}), 0.9, {
-        "links": {f"{i} {d}": why(i, d) for i, d in bad.index}, "gpu_idle": w.cluster["idle_frac"]})
+    instances = nicw.index.get_level_values("instance")
+    evidence: dict[str, object] = {"links": {f"{i} {d}": why(i, d) for i, d in bad.index}}
+    # Each culprit's own figures beside its peers': its slowest link, its carrier changes.
+    if slow.any():
+        evidence["node_link_speed_gbps"] = against_peers(nicw["speed"].groupby(instances).min() * 8 / 1e9, culprits)
+    if flaps.any():
+        evidence["node_carrier_changes"] = against_peers(nicw["carrier_changes"].groupby(instances).sum(), culprits)
+    evidence["gpu_idle"] = w.cluster["idle_frac"]
+    def effect(node: str) -> float:
+        """How much the culprit carries: how far its slowest link fell below the peers, and
+        how often its links went down or flapped."""
+        mine = instances == node
+        fell = max(0.0, 1 - float(nicw["speed"][mine].min()) / median_speed) if median_speed > 0 else 0.0
+        return fell + float(nicw["carrier_changes"][mine].fillna(0).sum()) + float((nicw["up"][mine] == 0).sum())
+
+    return Detection(culprits, sorted({d for _, d in bad.index}), 0.9, evidence,
+                     effect={n: effect(n) for n in culprits})
 
 
 RULE = BottleneckClass(
