@@ -26,7 +26,6 @@ from diagnoser.analysis.jobs import Job, split, subset
 from diagnoser.analysis.nccl import annotate
 from diagnoser.analysis.rules import rule
 from diagnoser.analysis.verdict import (
-    enough_windows,
     missing_data,
     too_few_peers,
     unexplained_idle,
@@ -105,9 +104,11 @@ def diagnose_frame(frame: Frame, options: Options = Options(), nccl: pd.DataFram
 
 def analyse(frame: Frame) -> _Diagnosis:
     """features -> classification -> incidents -> findings -> verdict, on one job's frame.
-    A window too short to compare is not classified at all: its verdict says why."""
+    A range without one whole window is not classified at all; one too short to compare
+    windows is, for the classes with a signature of their own (a storm's pause rate needs
+    no baseline), but says so in its verdict where nothing is found."""
     features = compute(frame)
-    held = classify(features) if enough_windows(frame) else []
+    held = classify(features) if not frame.partial else []
     incidents, notes = incidents_of(held, frame.step)
     findings = findings_of(incidents, frame.has_gpus, judged_until=float(frame.windows[-1] + frame.step))
     reasons = missing_data(frame, features)

@@ -44,10 +44,11 @@ def window(cluster: dict | None = None, nodes: dict[str, dict] | None = None, ni
     nic = pd.DataFrame.from_dict(nic_rows, orient="index")
     nic.index = pd.MultiIndex.from_tuples(nic.index, names=["instance", "device"])
     explains = {name: r.explains for name, r in RULES.items()}
+    waits_in = {name: r.waits_in for name, r in RULES.items()}
     figures = {**CLUSTER_HEALTHY, **(cluster or {})}
     figures.setdefault("idle_quiet_sustained", figures["idle_quiet_frac"])  # quiet idle through the window
     ctx = WindowContext(0.0, pd.Series(figures), node, nic, BASELINE, SPEED,
-                        gpu if gpu is not None else pd.DataFrame(), 20.0, {}, explains)
+                        gpu if gpu is not None else pd.DataFrame(), 20.0, {}, explains, waits_in)
     for name in found:
         ctx.found[name] = Detection([NODES[0]] if RULES[name].localised else [], [], 0.9, {})
     return ctx
@@ -183,6 +184,14 @@ def test_straggler_is_the_node_its_peers_wait_for():
     assert d is not None and d.nodes == [NODES[2]]
     figures = d.evidence["node_gpu_idle"][NODES[2]]
     assert figures["value"] == 0.02 and figures["peers_median"] == 0.2 and figures["ratio"] == pytest.approx(0.1)
+
+
+def test_no_straggler_inside_a_storm_that_stalls_every_gpu():
+    """Where a storm pauses the whole fabric, who seems to idle less depends on when each
+    node's scrapes caught it: a marker, no finding."""
+    ctx = window({"idle_frac": 0.6}, {NODES[5]: {"idle_frac": 0.3, "idle_frac_z": -9.0}}, found=("pfc_storm",))
+    d = check("straggler", ctx)
+    assert d is not None and d.suppressed_by == "pfc_storm" and not d.nodes
 
 
 def test_a_node_with_a_cause_of_its_own_is_no_straggler():

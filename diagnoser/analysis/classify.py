@@ -13,24 +13,42 @@ import numpy as np
 import pandas as pd
 
 from diagnoser.analysis.features import Features
-from diagnoser.analysis.rules import EXPLAINS, RULES
+from diagnoser.analysis.rules import EXPLAINS, RULES, WAITS_IN
 from diagnoser.analysis.rules.base import Baseline, Detection, WindowContext, plain
 from diagnoser.model.findings import WindowFinding
 
 BASELINE_QUANTILE = 0.2  # the job's quieter windows: robust to incidents covering most, not all, of the range
 MIN_CONFIDENCE, MAX_CONFIDENCE = 0.05, 0.99
+MIN_CLEAN = 1  # windows free of every class's signal that make the baseline on their own
 
 
 def baseline(f: Features) -> Baseline:
     """The job's own normal: its quieter windows, robust to incidents that cover most but
-    not all of the range."""
+    not all of the range. GPU idle is its low quantile; every other figure is its median
+    over the windows where GPUs idled least (where the job ran as usual), not its own low
+    quantile: a storm's windows hold no idle at line rate (the links are paused), and
+    would make the usual line-rate idle look like a rise."""
     g = f.cluster
+    idle = g["idle_frac"].dropna()
+    # Windows where some class's own physical signal held (a storm, loss, a link down, a
+    # throttle) are no part of the normal, where enough others are left to say what it is.
+    flagged = pd.Series(False, index=g.index)
+    for record in RULES.values():
+        if record.signature is not None and len(f.node):
+            flagged |= record.signature(f.node).reindex(g.index, fill_value=False).astype(bool)
+    clean = idle[~flagged.reindex(idle.index, fill_value=False)]
+    if len(clean) >= MIN_CLEAN:
+        idle = clean
+    usual = g.loc[idle.index[idle <= np.quantile(idle, BASELINE_QUANTILE)]] if len(idle) >= 2 else None
 
     def q(col: str) -> float:
         values = g[col].dropna()
+        if usual is not None and usual[col].notna().any():
+            return float(usual[col].median())
         return float(np.quantile(values, BASELINE_QUANTILE)) if len(values) else float("nan")
 
-    return Baseline(q("idle_frac"), q("idle_saturated_frac"), q("idle_quiet_frac"), q("ecn_per_gb"),
+    idle_base = float(np.quantile(idle, BASELINE_QUANTILE)) if len(idle) else float("nan")
+    return Baseline(idle_base, q("idle_saturated_frac"), q("idle_quiet_frac"), q("ecn_per_gb"),
                     q("retrans_ratio"), q("other_util_median"))
 
 
@@ -59,7 +77,7 @@ def windows(f: Features) -> list[WindowContext]:
             continue
         median = float(speed_median[k]) if speed_median is not None and k < len(speed_median) else float("nan")
         out.append(WindowContext(float(w), g, nw, nic_at.get(float(w), empty_nic), base, median, gpu, f.frame.step,
-                                 {}, EXPLAINS))
+                                 {}, EXPLAINS, WAITS_IN))
     return out
 
 

@@ -42,6 +42,7 @@ def _in_dependency_order(records: list[BottleneckClass]) -> dict[str, Bottleneck
 
 RULES: dict[str, BottleneckClass] = _in_dependency_order([m.RULE for m in _MODULES])
 EXPLAINS: dict[str, frozenset[str]] = {name: r.explains for name, r in RULES.items()}
+WAITS_IN: dict[str, str | None] = {name: r.waits_in for name, r in RULES.items()}
 
 
 def rule(name: str) -> BottleneckClass:

@@ -65,8 +65,10 @@ class WindowContext:
     gpu: pd.DataFrame = field(default_factory=pd.DataFrame)  # per GPU (index: instance, gpu, window) where known
     step: float = 20.0
     found: dict[str, Detection] = field(default_factory=dict)
-    # For each class, the classes it produces as symptoms (the records' `explains`).
+    # For each class, the classes it produces as symptoms (the records' `explains`), and the
+    # network state it makes every GPU wait in (the records' `waits_in`).
     explains: dict[str, frozenset[str]] = field(default_factory=dict)
+    waits_in: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def has_gpu(self) -> bool:
@@ -99,6 +101,9 @@ class WindowContext:
 
 
 Check = Callable[[WindowContext], Detection | None]
+# Node features of every window (index: instance, window) -> per window, whether the class's
+# own physical signal held there, whatever its impact.
+Signature = Callable[[pd.DataFrame], pd.Series]
 # (incidents, step) -> (incidents kept, a note on those left out or None)
 IncidentFilter = Callable[[list[Incident], float], tuple[list[Incident], str | None]]
 
@@ -128,6 +133,10 @@ class BottleneckClass:
     # "slow" (far below its communicator's median) or "late" (far above it).
     nccl_signal: str | None = None
     incident_filter: IncidentFilter | None = None  # incidents that are normal operation, not findings
+    # Where its own physical signal holds (a storm's pause rate, loss events, a link down, a
+    # throttle reason): those windows are left out of the job's baseline, so that a fault
+    # covering most of a short window is still measured against the job's normal.
+    signature: Signature | None = None
     # Whether its effect reaches other jobs on the same fabric (a storm's pauses climb the
     # spine to every job behind the same switches; a slow node slows only its own job).
     reaches_other_jobs: bool = False

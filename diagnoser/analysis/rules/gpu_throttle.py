@@ -48,6 +48,10 @@ def throttled_gpus(gpu: pd.DataFrame, window: float, step: float, nodes: list[st
     return out
 
 
+def signature(node: pd.DataFrame) -> pd.Series:
+    return (node["throttle_frac"] >= THROTTLE).groupby(level="window").any()
+
+
 RULE = BottleneckClass(
     name="gpu_throttle",
     title="GPU throttling",
@@ -62,4 +66,5 @@ RULE = BottleneckClass(
     # all-reduce at line rate.
     explains=frozenset({"straggler", "network_bandwidth"}),
     chart=("throttle_frac", "fraction of GPU time throttled"),
+    signature=signature,
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext, against_peers
 
@@ -66,6 +67,10 @@ def check(w: WindowContext) -> Detection | None:
                      effect={n: effect(n) for n in culprits})
 
 
+def signature(node: pd.DataFrame) -> pd.Series:
+    return ((node["nics_down"] > 0) | (node["carrier_changes"] > 0)).groupby(level="window").any()
+
+
 RULE = BottleneckClass(
     name="link_degraded",
     title="Degraded link",
@@ -80,5 +85,6 @@ RULE = BottleneckClass(
     # input-bound one, and its retransmits and pauses like congestion.
     explains=frozenset({"network_congestion", "straggler", "host_bound", "network_bandwidth"}),
     chart=("bytes_rate", "bytes per second on the fabric"),
+    signature=signature,
     nccl_signal="slow",  # a rank that moves its share slowly: its link or transfer path
 )

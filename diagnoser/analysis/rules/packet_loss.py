@@ -73,6 +73,11 @@ def check(w: WindowContext) -> Detection | None:
                      effect={n: float(figure[n]) for n in culprits})
 
 
+def signature(node: pd.DataFrame) -> pd.Series:
+    by = node.groupby(level="window")
+    return (by["loss_rate"].mean() >= LOSS_RATE) | by["retrans_ratio"].max().ge(RETRANS_NODE)
+
+
 RULE = BottleneckClass(
     name="packet_loss",
     title="Packet loss",
@@ -86,4 +91,5 @@ RULE = BottleneckClass(
     # Retransmission timeouts leave the wire quiet and the fabric's recovery marks packets.
     explains=frozenset({"network_congestion", "host_bound"}),
     chart=("loss_rate", "RDMA loss events per second"),
+    signature=signature,
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext, against_peers
 
@@ -40,6 +41,10 @@ def check(w: WindowContext) -> Detection | None:
         effect={n: float(rate[n]) for n in culprits})
 
 
+def signature(node: pd.DataFrame) -> pd.Series:
+    return (node["pfc_tx_rate"] >= STORM_TX_RATE).groupby(level="window").any()
+
+
 RULE = BottleneckClass(
     name="pfc_storm",
     title="PFC storm",
@@ -52,8 +57,10 @@ RULE = BottleneckClass(
     localised=True,
     waits_in="paused",
     # The victims' received pauses look like congestion; their stalled fabric leaves GPUs
-    # idle with nothing on the wire.
-    explains=frozenset({"network_congestion", "host_bound"}),
+    # idle with nothing on the wire; in the window where the storm starts or ends, each node's
+    # scrapes catch it at a different moment, so some look as if they idled less (stragglers).
+    explains=frozenset({"network_congestion", "host_bound", "straggler"}),
     reaches_other_jobs=True,
+    signature=signature,
     chart=("pfc_tx_rate", "PFC pauses sent per second"),
 )

@@ -18,6 +18,12 @@ def check(w: WindowContext) -> Detection | None:
     is_slow = (nw["idle_frac_z"] <= STRAGGLER_Z) & (idle <= median_idle - STRAGGLER_GAP)
     if not is_slow.any():
         return None
+    # A stall of the whole fabric (a storm: every GPU waits, paused) leaves no node's pace to
+    # compare: who seems to idle less is an artefact of when its scrapes caught the stall.
+    stall = next((c for c in sorted(w.found) if "straggler" in w.explains.get(c, ()) and w.waits_in.get(c) == "paused"),
+                 None)
+    if stall is not None:
+        return Detection([], [], 0.0, {}, suppressed_by=stall)
     slow = nw[is_slow]
     # A node with a cause of its own found in this window (a throttle, a bad link, loss, a
     # storm) is that cause's culprit, not a straggler.
