@@ -189,7 +189,7 @@ def test_straggler_is_the_node_its_peers_wait_for():
 def test_no_straggler_inside_a_storm_that_stalls_every_gpu():
     """Where a storm pauses the whole fabric, who seems to idle less depends on when each
     node's scrapes caught it: a marker, no finding."""
-    ctx = window({"idle_frac": 0.6}, {NODES[5]: {"idle_frac": 0.3, "idle_frac_z": -9.0}}, found=("pfc_storm",))
+    ctx = window({"idle_frac": 0.6}, {NODES[5]: {"idle_frac": 0.05, "idle_frac_z": -9.0}}, found=("pfc_storm",))
     d = check("straggler", ctx)
     assert d is not None and d.suppressed_by == "pfc_storm" and not d.nodes
 
