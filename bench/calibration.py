@@ -1,7 +1,7 @@
 """Does a finding's confidence mean what it says? The reliability of the calibrated
 confidence on held-out simulator seeds (never used to fit it) and on the committed traces.
 
-    python bench/calibration.py                       # held-out seeds 2000 and 2001
+    python bench/calibration.py                       # held-out seeds 9000 and 9001
     python bench/calibration.py --seeds 3000 --plot docs/reliability.svg
 
 Each trace is diagnosed over shifted windows (as bench/accuracy.py does); each finding is
@@ -65,7 +65,7 @@ def plot(rows: list[tuple], ece: float, path: Path) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[2000, 2001])
+    p.add_argument("--seeds", type=int, nargs="+", default=[9000, 9001])
     p.add_argument("--offsets", type=int, default=4, help="windows per length (default 4)")
     p.add_argument("--no-replay", action="store_true", help="leave out the committed traces")
     p.add_argument("--plot", type=Path, help="write the reliability plot (SVG or PNG) here")
