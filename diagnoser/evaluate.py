@@ -51,18 +51,30 @@ class Score:
     false: dict[str, int] = field(default_factory=dict)
     misses: list[str] = field(default_factory=list)
     false_findings: list[str] = field(default_factory=list)
+    # Detected incidents that name culprits (labels with nodes), and those whose finding names
+    # exactly the labelled ones (no neighbour beside them).
+    named: int = 0
+    exact: int = 0
+    healthy_windows: int = 0  # diagnoses of a window with no labelled incident in it at all
+    healthy_with_findings: int = 0
 
     def add(self, name: str, truth: list[dict], findings: list[dict], cut: list[dict] | None = None) -> None:
         """Score one diagnosis. `cut`: labelled incidents the window holds only part of; a
         finding of one of them (same class and culprits, overlapping what was seen) is
         neither a detection nor a false finding."""
         used = {k for k, f in enumerate(findings) if of_cut(f, cut or [])}
+        if not truth and not cut:
+            self.healthy_windows += 1
+            self.healthy_with_findings += bool(findings)
         for t in truth:
             self.incidents[t["class"]] = self.incidents.get(t["class"], 0) + 1
             hit = [k for k, f in enumerate(findings) if matches(t, f)]
             if hit:
                 self.detected[t["class"]] = self.detected.get(t["class"], 0) + 1
                 used.update(hit)
+                if RULES[t["class"]].localised and t.get("nodes"):
+                    self.named += 1
+                    self.exact += any(set(findings[k]["nodes"]) == set(t["nodes"]) for k in hit)
             else:
                 self.misses.append(f"{name}: {t['class']} {t.get('nodes', [])}")
         for k, f in enumerate(findings):
@@ -88,6 +100,11 @@ class Score:
         rows.append(f"{'all':20} {sum(self.incidents.values()):9} {sum(self.detected.values()):9} "
                     f"{sum(self.false.values()):6}")
         rows.append(f"recall {self.recall:.3f}  precision {self.precision:.3f}")
+        if self.named:
+            rows.append(f"culprits exact in {self.exact} of {self.named} detections that name culprits")
+        if self.healthy_windows:
+            rows.append(f"windows without any incident: {self.healthy_windows}, "
+                        f"{self.healthy_with_findings} of them with a finding")
         return "\n".join(rows)
 
 
