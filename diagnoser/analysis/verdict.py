@@ -13,7 +13,7 @@ import numpy as np
 from diagnoser.analysis.classify import baseline
 from diagnoser.analysis.features import STATES, Features
 from diagnoser.analysis.rules.base import EXCESS_IDLE, MIN_PEERS
-from diagnoser.model.frame import Frame
+from diagnoser.model.frame import Frame, choose_step
 from diagnoser.model.report import FINDINGS, HEALTHY, INCONCLUSIVE, Finding
 
 # Whole windows a verdict needs: the job's baseline is its quieter windows (a quantile), and
@@ -42,11 +42,12 @@ def missing_data(frame: Frame, features: Features) -> list[str]:
         return reasons + ["no series of any node in the window"]
     if not enough_windows(frame):
         whole = 0 if frame.partial else len(frame.windows)
-        step = frame.step if not frame.partial else float(np.ceil(frame.scrape_interval * 4))
+        step = frame.step if not frame.partial else choose_step(frame.start, frame.end, frame.scrape_interval)
+        # MIN_WINDOWS whole windows fit in any range one step longer than they are.
         reasons.append(f"the window holds {whole} whole window(s) of the diagnoser's {step:.0f} s grid "
                        f"({frame.end - frame.start:.0f} s asked, scrapes every {frame.scrape_interval:.0f} s); "
-                       f"comparing windows and peers needs at least {MIN_WINDOWS}: ask for "
-                       f"{MIN_WINDOWS * step / 60:.0f} minutes or more")
+                       f"comparing windows with the job's normal needs at least {MIN_WINDOWS}: ask for "
+                       f"{np.ceil((MIN_WINDOWS + 1) * step / 60):.0f} minutes or more")
     node = features.node
     has_nics = bool(node["bytes_rate"].notna().any()) if len(node) else False
     if not frame.has_gpus:
