@@ -10,7 +10,8 @@ start (or, beyond the trace's length, whose end) moves by 29 s at a time: every 
 goes through exactly what `diagnose` runs on it (diagnoser.pipeline), jobs and all. A
 labelled incident wholly inside a window must be found in it; a finding must match a
 labelled incident (one the window cuts may be found or not); a healthy trace must have no
-finding in any window.
+finding in any window. "Inside" means inside the whole windows of the diagnoser's grid that
+the diagnosis judged (its `judged` span): up to one step at either end is not judged.
 
 The thresholds were tuned on replay_data/ and the suite of seed 1000; seed 2000 and later
 are the measurement. Prints per class: labelled incidents (counted once per window that
@@ -40,8 +41,10 @@ def sweep(trace: Path, score: Score, offsets: int) -> int:
     labels = labels_of(trace)["incidents"]
     windows = windows_of(parsed.first, parsed.last, LENGTHS, offsets)
     for start, end in windows:
-        findings = diagnose_frame(frame_of(parsed, start=start, end=end)).to_dict()["findings"]
-        whole, cut = inside(labels, start, end)
+        doc = diagnose_frame(frame_of(parsed, start=start, end=end)).to_dict()
+        findings = doc["findings"]
+        judged = doc.get("judged", {"start": start, "end": start})
+        whole, cut = inside(labels, judged["start"], judged["end"])
         score.add(f"{trace.name} +{start - parsed.first:.0f}..+{end - parsed.first:.0f}s", whole, findings, cut)
     return len(windows)
 

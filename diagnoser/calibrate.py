@@ -40,7 +40,8 @@ def outcomes(folder: Path, offsets: int) -> list[tuple[str, float, bool]]:
         labels = labels_of(trace)["incidents"]
         for start, end in windows_of(parsed.first, parsed.last, LENGTHS, offsets):
             report = diagnose_frame(frame_of(parsed, start=start, end=end))
-            whole, cut = inside(labels, start, end)
+            judged = report.summary.judged or (start, start)
+            whole, cut = inside(labels, *judged)
             for f in report.findings:
                 doc = f.to_dict()
                 if not of_cut(doc, cut):

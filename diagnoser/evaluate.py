@@ -132,7 +132,9 @@ def windows_of(first: float, last: float, lengths: tuple[float, ...], offsets: i
 
 
 def inside(incidents: list[dict], start: float, end: float) -> tuple[list[dict], list[dict]]:
-    """(incidents wholly inside [start, end], incidents it cuts)."""
+    """(incidents wholly inside [start, end], incidents it cuts). Give the span the
+    diagnosis judged (its document's `judged`: the whole windows of the grid), not the one
+    asked for: what lies in the partial windows at either end was not judged either way."""
     whole = [t for t in incidents if t["start"] >= start and t["end"] <= end]
     cut = [t for t in incidents if t not in whole and t["end"] > start and t["start"] < end]
     return whole, cut

@@ -231,16 +231,36 @@ def test_a_brief_stall_inside_the_window_is_not_host_bound():
     assert check("host_bound", ctx) is None
 
 
-def test_periodic_brief_stalls_are_left_out_with_a_note():
-    from diagnoser.analysis.rules.host_bound import periodic_stalls
+def test_brief_and_periodic_stalls_are_left_out_with_a_note():
+    from diagnoser.analysis.rules.host_bound import brief_stalls
     from diagnoser.model.findings import Incident
 
-    stalls = [Incident("host_bound", t, t + 40, [], [], 0.6, 100.0, 2) for t in (300.0, 900.0, 1500.0, 2100.0)]
     other = Incident("straggler", 100.0, 700.0, [NODES[1]], [], 0.8, 900.0, 30)
-    kept, note = periodic_stalls([other, *stalls], 20.0)
+    # A stall of a couple of minutes at most, whatever its period: a checkpoint or a hiccup.
+    once = Incident("host_bound", 300.0, 420.0, [], [], 0.6, 100.0, 1)
+    kept, note = brief_stalls([other, once], 120.0)
+    assert kept == [other] and "at most 2.5 min" in str(note)
+    # Longer stalls (two windows of 2 minutes) that recur at a regular period: scheduled.
+    stalls = [Incident("host_bound", t, t + 240, [], [], 0.6, 100.0, 2) for t in (300.0, 900.0, 1500.0, 2100.0)]
+    kept, note = brief_stalls([other, *stalls], 120.0)
     assert kept == [other] and "4 brief, periodic" in str(note)
-    irregular = [Incident("host_bound", t, t + 40, [], [], 0.6, 100.0, 2) for t in (300.0, 500.0, 1500.0)]
-    assert periodic_stalls(irregular, 20.0) == (irregular, None)
+    # ... but not at irregular times: an input pipeline that stalls now and then is a finding.
+    irregular = [Incident("host_bound", t, t + 240, [], [], 0.6, 100.0, 2) for t in (300.0, 600.0, 1500.0)]
+    assert brief_stalls(irregular, 120.0) == (irregular, None)
+
+
+def test_the_edge_window_of_an_incident_joins_it_with_its_culprits_ranked_again():
+    """The window where loss ends shows only the neighbour whose last scrape came after the
+    end: one incident, the culprit that carried the effect first, the neighbour dropped."""
+    from diagnoser.analysis.incidents import join_edges
+    from diagnoser.model.findings import Incident
+
+    main = Incident("packet_loss", 720.0, 1200.0, [NODES[3]], ["ens1"], 0.9, 5000.0, 4, {}, {NODES[3]: 30000.0})
+    tail = Incident("packet_loss", 1200.0, 1320.0, [NODES[4]], ["ens1"], 0.6, 300.0, 1, {}, {NODES[4]: 700.0})
+    (joined,) = join_edges([main, tail], 120.0)
+    assert (joined.start, joined.end, joined.nodes, joined.windows) == (720.0, 1320.0, [NODES[3]], 5)
+    far = Incident("packet_loss", 2400.0, 2520.0, [NODES[4]], ["ens1"], 0.6, 300.0, 1, {}, {NODES[4]: 700.0})
+    assert len(join_edges([main, far], 120.0)) == 2
 
 
 # --- network_bandwidth -----------------------------------------------------------------------

@@ -37,7 +37,8 @@ def sweep(trace: Path, diagnosis, windows) -> dict[tuple, set]:
     found: dict[tuple, set] = {}
     for start, end in windows:
         doc = diagnosis(start, end).to_dict()
-        whole, cut = inside(labels, start, end)
+        judged = doc.get("judged", {"start": start, "end": start})  # the whole windows of the grid
+        whole, cut = inside(labels, judged["start"], judged["end"])
         score = Score()
         score.add(trace.name, whole, doc["findings"], cut)
         where = f"{trace.name} window +{start:.0f}..+{end:.0f} s"

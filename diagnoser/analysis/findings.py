@@ -38,8 +38,10 @@ def summary(features: Features) -> Summary:
     if frame.gpu_seconds is not None and sum(frame.gpu_seconds) > 0:  # the whole range, partial windows too
         total, idle = sum(frame.gpu_seconds), frame.gpu_seconds[1]
     fraction = rounded(idle / total, 4) if total and np.isfinite(total) and total > 0 else None
+    judged = None if frame.partial or not len(frame.windows) else \
+        (round(float(frame.windows[0]), 3), round(float(frame.windows[-1] + frame.step), 3))
     return Summary(round(frame.start, 3), round(frame.end, 3), len(frame.instances),
-                   int(np.nansum(gpus)) if len(gpus) else 0, fraction)
+                   int(np.nansum(gpus)) if len(gpus) else 0, fraction, judged)
 
 
 def price_findings(findings: list[Finding], price: float | None) -> None:

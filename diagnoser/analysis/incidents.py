@@ -81,6 +81,33 @@ def _num(x) -> float:
     return float(x) if x is not None and x == x else 0.0
 
 
+def join_edges(incidents: list[Incident], step: float) -> list[Incident]:
+    """A one-window incident that touches a longer one of the same class is its edge, and
+    joins it: in the window where a fault starts or ends, each node's scrapes catch it at a
+    different moment, so that window may show only a neighbour's share (the node whose last
+    scrape fell after the fault's end). Its effect is added, and the culprits ranked again."""
+    kept = sorted(incidents, key=lambda i: (i.cls, i.start))
+    out: list[Incident] = []
+    for i in kept:
+        host = next((o for o in out if o.cls == i.cls and (i.windows == 1 or o.windows == 1)
+                     and max(o.start, i.start) - min(o.end, i.end) <= MAX_GAP_WINDOWS * step + 1e-6), None)
+        if host is None:
+            out.append(i)
+            continue
+        if host.windows == 1 and i.windows > 1:  # keep the longer one's evidence
+            host.evidence = i.evidence
+        host.start, host.end = min(host.start, i.start), max(host.end, i.end)
+        host.devices = sorted(set(host.devices) | set(i.devices))
+        host.confidence = (host.confidence * host.windows + i.confidence * i.windows) / (host.windows + i.windows)
+        host.gpu_idle_seconds += i.gpu_idle_seconds
+        host.windows += i.windows
+        for node, effect in i.effect.items():
+            host.effect[node] = host.effect.get(node, 0.0) + effect
+        if RULES[host.cls].localised:
+            host.nodes = ranked_culprits(host)
+    return sorted(out, key=lambda i: -i.gpu_idle_seconds if i.gpu_idle_seconds == i.gpu_idle_seconds else 0)
+
+
 def absorb_symptoms(incidents: list[Incident], step: float) -> list[Incident]:
     """Drop an incident whose class another incident's class explains (its record's
     `explains`), where it lies within that incident (give or take one window): a window
@@ -108,4 +135,4 @@ def leave_out_normal(incidents: list[Incident], step: float) -> tuple[list[Incid
 
 def incidents_of(findings: list[WindowFinding], step: float) -> tuple[list[Incident], list[str]]:
     """Window findings into the incidents to report, and notes on what was left out."""
-    return leave_out_normal(absorb_symptoms(merge(findings, step), step), step)
+    return leave_out_normal(absorb_symptoms(join_edges(merge(findings, step), step), step), step)

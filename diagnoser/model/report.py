@@ -74,6 +74,9 @@ class Summary:
     nodes: int
     gpus: int
     gpu_idle_fraction: float | None
+    # The whole windows of the grid the rules judged (the partial ones at either end are
+    # counted in the GPU time, not judged); None where not one whole window fits.
+    judged: tuple[float, float] | None = None
 
 
 @dataclass
@@ -177,6 +180,8 @@ class Report:
         s = self.summary
         doc: dict = {"source": self.source, "start": s.start, "end": s.end, "nodes": s.nodes, "gpus": s.gpus,
                      "gpu_idle_fraction": s.gpu_idle_fraction, "verdict": self.verdict}
+        if s.judged is not None:
+            doc["judged"] = {"start": s.judged[0], "end": s.judged[1]}
         if self.inconclusive_reasons:
             doc["inconclusive_reasons"] = self.inconclusive_reasons
         if self.jobs is not None:

@@ -69,7 +69,10 @@ def _finish(lines: list[str], markdown: bool) -> str:
 
 
 def _window(s: Summary) -> str:
-    return (f"window {rfc3339(s.start)} .. {rfc3339(s.end)}, {s.nodes} nodes, {s.gpus} GPUs, "
+    judged = ""
+    if s.judged is not None and (s.judged[0] - s.start > 1 or s.end - s.judged[1] > 1):
+        judged = f" (judged {rfc3339(s.judged[0])[11:]} .. {rfc3339(s.judged[1])[11:]}: whole windows of the grid)"
+    return (f"window {rfc3339(s.start)} .. {rfc3339(s.end)}{judged}, {s.nodes} nodes, {s.gpus} GPUs, "
             f"GPU idle {_pct(s.gpu_idle_fraction)}")
 
 

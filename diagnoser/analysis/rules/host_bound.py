@@ -23,6 +23,7 @@ NODE_STANDS_OUT = ("straggler", "gpu_throttle")
 # Brief stalls (at most this many windows) recurring at a regular period (spread of the gaps
 # at most this share of their mean) are scheduled pauses: checkpoints.
 STALL_WINDOWS = 2
+BRIEF_STALL = 150.0  # seconds: a quiet stall this short is a checkpoint or a hiccup, whatever its period
 STALL_MIN_COUNT = 3
 STALL_REGULARITY = 0.35
 
@@ -48,9 +49,21 @@ def check(w: WindowContext) -> Detection | None:
         "gpu_idle": g["idle_frac"]})
 
 
-def periodic_stalls(incidents: list[Incident], step: float) -> tuple[list[Incident], str | None]:
-    """Brief quiet stalls that recur at a regular period (checkpoints, or another scheduled
-    pause) are a normal part of training: left out, with a note."""
+def brief_stalls(incidents: list[Incident], step: float) -> tuple[list[Incident], str | None]:
+    """Quiet stalls of a couple of minutes at most, and brief ones that recur at a regular
+    period (checkpoints, or another scheduled pause), are a normal part of training: left
+    out, with a note. An input pipeline that cannot keep up holds for longer."""
+    brief = [i for i in incidents if i.cls == "host_bound" and i.end - i.start <= BRIEF_STALL + 1e-6]
+    incidents = [i for i in incidents if i not in brief]
+    kept, periodic = _periodic(incidents, step)
+    if not brief and periodic is None:
+        return kept, None
+    notes = ([f"{len(brief)} GPU stall(s) of at most {BRIEF_STALL / 60:.1f} min with a quiet network "
+              "(a checkpoint?) left out"] if brief else []) + ([periodic] if periodic else [])
+    return kept, "; ".join(notes)
+
+
+def _periodic(incidents: list[Incident], step: float) -> tuple[list[Incident], str | None]:
     short = [i for i in incidents if i.cls == "host_bound" and i.end - i.start <= STALL_WINDOWS * step + 1e-6]
     if len(short) < STALL_MIN_COUNT:
         return incidents, None
@@ -76,5 +89,5 @@ RULE = BottleneckClass(
     waits_in="quiet",
     needs_gpu=True,
     after=("pfc_storm", "link_degraded", "packet_loss", "gpu_throttle", "straggler"),
-    incident_filter=periodic_stalls,
+    incident_filter=brief_stalls,
 )
