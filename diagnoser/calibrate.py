@@ -76,7 +76,7 @@ def main() -> int:
             print(f"seed {seed}: generating and diagnosing ...", file=sys.stderr)
             results += outcomes(suite(seed, Path(tmp)), args.offsets)
     doc = {"fitted_on": {"seeds": args.seeds, "offsets_per_length": args.offsets,
-                         "command": "python -m diagnoser.calibrate " + " ".join(sys.argv[1:])}, **fit(results)}
+                         "command": " ".join(["python -m diagnoser.calibrate", *sys.argv[1:]])}, **fit(results)}
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"{doc['findings']} findings, {doc['right']} right; {len(doc['score'])} steps -> {args.out}")
     return 0
