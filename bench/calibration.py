@@ -49,16 +49,16 @@ def plot(rows: list[tuple], ece: float, path: Path) -> None:
     ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="perfect calibration")
     conf = [r[3] for r in rows]
     acc = [r[4] for r in rows]
-    ax.scatter(conf, acc, s=[20 + 4 * r[2] ** 0.5 * 4 for r in rows], color="#1f77b4", zorder=3,
+    ax.scatter(conf, acc, s=[20 + 16 * r[2] ** 0.5 for r in rows], color="#1f77b4", zorder=3, clip_on=False,
                label="findings per bin (area: count)")
     for r in rows:
         ax.annotate(str(r[2]), (r[3], r[4]), textcoords="offset points", xytext=(6, -10), fontsize=8)
-    ax.set_xlim(0.4, 1.0)
-    ax.set_ylim(0.4, 1.0)
+    ax.set_xlim(0.4, 1.02)
+    ax.set_ylim(0.4, 1.02)
     ax.set_xlabel("confidence reported")
     ax.set_ylabel("share of findings that were right")
     ax.set_title(f"Reliability on held-out seeds (ECE {ece:.3f})", fontsize=10)
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="lower right", fontsize=8, markerscale=0.3)
     fig.tight_layout()
     fig.savefig(path, metadata={"Date": None} if path.suffix == ".svg" else None)
 
