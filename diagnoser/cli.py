@@ -17,6 +17,7 @@ from diagnoser.render import FORMATS, render
 from diagnoser.render.html_report import render_html
 from diagnoser.sources import Connection, Source, SourceError
 from gpunet.promapi import add_connection_arguments
+from gpunet.window import parse_duration, parse_time
 
 
 def parse_count(text: str) -> float:
@@ -73,10 +74,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def usage_problem(args: argparse.Namespace) -> str | None:
+    """A value that cannot work, found before anything is read (exit 2, not a traceback
+    after the whole analysis)."""
+    for flag, value, parse in (("--since", args.since, parse_duration), ("--start", args.start, parse_time),
+                               ("--end", args.end, parse_time)):
+        try:
+            if value is not None:
+                parse(value)
+        except ValueError as e:
+            return f"{flag}: {e}"
+    if args.html:
+        folder = os.path.dirname(os.path.abspath(args.html))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            return f"--html {args.html}: no writable folder {folder}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.replay and not args.prometheus:
         print("diagnose: give --replay FILE or --prometheus URL (or set GPUNET_PROMETHEUS_URL)", file=sys.stderr)
+        return 2
+    if problem := usage_problem(args):
+        print(f"diagnose: {problem}", file=sys.stderr)
         return 2
     source = Source(replay=args.replay, prometheus=None if args.replay else args.prometheus, since=args.since,
                     start=args.start, end=args.end, nccl=tuple(args.nccl),

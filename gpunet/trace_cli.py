@@ -183,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"--start {first:.0f} --end {last:.0f}", file=sys.stderr)
             os.execvp("prometheus", prometheus_command(data, args.listen))
         return 0
+    except EOFError as e:  # a gzip cut short
+        print(f"gpunet-trace: {getattr(args, 'trace', '')}: {e}", file=sys.stderr)
+        return 1
     except (PromError, ValueError, RuntimeError, OSError) as e:
         print(f"gpunet-trace: {e}", file=sys.stderr)
         return 1

@@ -10,6 +10,9 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+LAST_SECOND = 1e11  # Unix seconds in the year 5138: a larger "time" is milliseconds or garbage
+
+
 def parse_duration(text: str) -> float:
     """'1h', '90m', '1h30m', '15s', '2d' -> seconds (Prometheus' duration syntax)."""
     text = text.strip()
@@ -19,7 +22,7 @@ def parse_duration(text: str) -> float:
             break
         total += float(m.group(1)) * _UNIT[m.group(2)]
         pos = m.end()
-    if pos != len(text) or pos == 0:
+    if pos != len(text) or pos == 0 or not 0 < total < LAST_SECOND:
         raise ValueError(f"not a duration: {text!r} (examples: 30m, 1h, 1h30m, 2d)")
     return total
 
@@ -28,9 +31,14 @@ def parse_time(text: str) -> float:
     """RFC 3339 ('2026-01-01T00:00:00Z', offsets allowed) or Unix seconds -> Unix seconds."""
     text = text.strip()
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        # NaN, infinities and numbers past year 5000 (milliseconds given for seconds) are no time.
+        if not 0 <= seconds < LAST_SECOND:
+            raise ValueError(f"not a time: {text!r} (Unix seconds from 0 to {LAST_SECOND:.0f}, or RFC 3339)")
+        return seconds
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:

@@ -282,3 +282,38 @@ def test_hundreds_of_thousands_of_junk_devices_bounded_memory(tmp_path, base_lin
     recovered(result, clean_findings, "over 256 devices on one instance")
     peak_mb = int(rss.read_text().split()[-1]) / 1024
     assert peak_mb < 600, peak_mb
+
+
+def test_millisecond_timestamps_are_named_not_read_as_year_57971(tmp_path, base_lines):
+    """A trace written with milliseconds (Prometheus' own text format) where seconds belong."""
+    lines = [l if not l.startswith("gpunet") else l.rsplit(" ", 1)[0] + " " + str(round(float(l.rsplit(" ", 1)[1]) * 1000))
+             for l in base_lines]
+    trace = write(tmp_path / "ms.om.gz", lines)
+    last = fatal(diagnose("--replay", str(trace)), f"{trace}:")
+    assert "not Unix seconds" in last and "milliseconds" in last
+
+
+@pytest.mark.parametrize("flag,value", [("--end", "nan"), ("--start", "inf"), ("--end", "1767225617000"),
+                                        ("--since", "0s"), ("--since", "nan")])
+def test_a_time_or_duration_that_cannot_be_is_a_usage_error(flag, value):
+    result = diagnose("--replay", str(BASE), flag, value)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"diagnose: {flag}:"), line
+
+
+def test_html_into_a_folder_that_does_not_exist_fails_before_the_analysis(tmp_path):
+    page = tmp_path / "no" / "such" / "report.html"
+    result = diagnose("--replay", str(BASE), "--html", str(page))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "--html" in result.stderr and str(page.parent) in result.stderr and not result.stdout
+
+
+def test_gpunet_trace_load_of_a_truncated_gzip_is_one_line(tmp_path):
+    cut = tmp_path / "cut.om.gz"
+    cut.write_bytes(BASE.read_bytes()[:100_000])
+    result = subprocess.run([sys.executable, "-m", "gpunet.trace_cli", "load", str(cut), "--data",
+                             str(tmp_path / "tsdb")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("gpunet-trace:") and str(cut) in line

@@ -20,6 +20,7 @@ import numpy as np
 from diagnoser.model.frame import WANTED, Frame, FrameBuilder, choose_step
 from diagnoser.model.netconfig import SPARSE
 from diagnoser.sources.exposition import parse_series
+from gpunet.window import LAST_SECOND
 
 BLOCK = 1 << 22  # bytes read at a time
 MAX_LINE = 1 << 20  # a "line" longer than this is not a sample: refuse it rather than buffer it
@@ -352,6 +353,9 @@ def read(path: str | Path, warn: Callable[[str], None] | None = None,
     if not series:
         raise TraceError(f"{path}: no gpunet series in the trace")
     first, last = _time_range(path, series, note)
+    if last >= LAST_SECOND or first < 0:
+        raise TraceError(f"{path}: sample times like {last:.0f} are not Unix seconds (milliseconds? the trace "
+                         "format's timestamps are seconds)")
     gaps = [np.median(np.diff(s.timestamps)) for s in series[:2000] if len(s.timestamps) > 2 and s.name not in SPARSE]
     scrape = float(np.median(gaps)) if gaps else 15.0
     return Trace(Path(path), series, first, last, scrape, warnings)
