@@ -8,11 +8,16 @@ appear in a message (URLs are shown without their userinfo, tokens never).
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+
+# The largest answer a query may return. One node x window query of 1024 nodes over 720
+# windows is about 25 MB; configuration and series lists are smaller.
+MAX_RESPONSE_BYTES = 256 << 20
 
 
 class PromError(Exception):
@@ -72,6 +77,20 @@ class PrometheusClient:
         if self._session is not None:
             await self._session.close()
 
+    async def _read(self, resp: aiohttp.ClientResponse, path: str) -> str:
+        """The body, refused past MAX_RESPONSE_BYTES (a server streaming without end must not
+        take the diagnoser's memory with it)."""
+        if (resp.content_length or 0) > MAX_RESPONSE_BYTES:
+            raise PromError(f"{self.url}{path}: an answer of {resp.content_length} bytes, over the "
+                            f"{MAX_RESPONSE_BYTES >> 20} MiB a query may return: refused")
+        body = bytearray()
+        async for chunk in resp.content.iter_chunked(1 << 20):
+            body += chunk
+            if len(body) > MAX_RESPONSE_BYTES:
+                raise PromError(f"{self.url}{path}: an answer of over {MAX_RESPONSE_BYTES >> 20} MiB: refused "
+                                "(a server that never ends its body?)")
+        return body.decode("utf-8", errors="replace")
+
     async def _get(self, path: str, params: list[tuple[str, str]], method: str = "POST") -> object:
         assert self._session is not None, "use 'async with PrometheusClient(...)'"
         url = self.url + path
@@ -82,14 +101,17 @@ class PrometheusClient:
                 request = self._session.post(url, data=params) if method == "POST" else \
                     self._session.get(url, params=params)
                 async with request as resp:
-                    text = await resp.text()
+                    text = await self._read(resp, path)
                     if resp.status in (401, 403):
                         raise PromError(f"{self.url}: unauthorised (HTTP {resp.status}); check the token or "
                                         f"basic auth")
                     try:
-                        body = await resp.json(content_type=None) if text else {}
+                        body = json.loads(text) if text else {}
                     except ValueError:
                         body = {}
+                    if not isinstance(body, dict):
+                        raise PromError(f"{self.url}{path}: an answer that is no API response (a JSON "
+                                        f"{type(body).__name__})")
                     if resp.status >= 400 or body.get("status") != "success":
                         cause = body.get("error") or text.strip()[:200] or f"HTTP {resp.status}"
                         raise PromError(f"{self.url}{path}: {cause}")

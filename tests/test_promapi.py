@@ -62,3 +62,66 @@ def test_credentials_in_urls_are_redacted():
     assert redact("https://admin:hunter2@prom.example:9090/x") == "https://prom.example:9090/x"
     client = PrometheusClient("http://u:p4ss@127.0.0.1:9090")
     assert "p4ss" not in client.url
+
+
+@pytest.fixture
+async def hostile():
+    """A server answering the API's paths with an endless body, or with JSON of another shape."""
+    async def endless(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        chunk = b"x" * (1 << 20)
+        try:
+            while True:
+                await resp.write(chunk)
+        except (ConnectionResetError, ConnectionError):
+            pass
+        return resp
+
+    async def wrong_shape(request: web.Request) -> web.Response:
+        return web.json_response(["not", "an", "api", "answer"])
+
+    async def success_but_odd(request: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": {"resultType": "matrix", "result": "oops"}})
+
+    app = web.Application()
+    app.router.add_post("/endless/api/v1/query", endless)
+    app.router.add_post("/list/api/v1/query", wrong_shape)
+    app.router.add_route("*", "/odd/{tail:.*}", success_but_odd)
+    server = TestServer(app)
+    await server.start_server()
+    yield f"http://127.0.0.1:{server.port}"
+    await server.close()
+
+
+async def test_an_endless_answer_is_refused_at_the_limit(hostile, monkeypatch):
+    import gpunet.promapi as promapi
+
+    monkeypatch.setattr(promapi, "MAX_RESPONSE_BYTES", 8 << 20)  # the same check at a size a test can reach
+    async with PrometheusClient(hostile + "/endless", Auth(), timeout=30) as client:
+        with pytest.raises(PromError) as err:
+            await client.query("up", 1767225600)
+    assert "over 8 MiB" in str(err.value) and "\n" not in str(err.value)
+
+
+async def test_json_that_is_no_api_answer_is_one_line(hostile):
+    async with PrometheusClient(hostile + "/list", Auth()) as client:
+        with pytest.raises(PromError) as err:
+            await client.query("up", 1767225600)
+    assert "no API response" in str(err.value)
+
+
+async def test_diagnose_against_an_engine_of_another_shape_is_one_line(hostile):
+    import sys
+
+    from procs import REPO
+
+    # The server runs in this event loop: the command must not block it.
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "diagnoser.cli", "--prometheus", hostile + "/odd",
+                                                "--since", "1h", cwd=REPO, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    stderr = err.decode()
+    assert proc.returncode == 1 and "Traceback" not in stderr, stderr
+    (line,) = stderr.strip().splitlines()
+    assert line.startswith("diagnose:"), line

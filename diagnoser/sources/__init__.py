@@ -81,7 +81,12 @@ def read_frame(source: Source, progress: Progress = quiet) -> Frame:
 
 async def _from_server(source: Source, start: float, end: float, progress: Progress) -> Frame:
     async with client_from_arguments(str(source.prometheus), source.connection) as client:
-        return await frame_from_prometheus(client, start, end, progress)
+        try:
+            return await frame_from_prometheus(client, start, end, progress)
+        except (KeyError, TypeError, AttributeError, IndexError) as e:
+            # An engine that answers with another shape than the HTTP API's: say so, in one line.
+            raise PromError(f"{client.url}: an answer of an unexpected shape ({type(e).__name__}: "
+                            f"{str(e)[:120]})") from None
 
 
 def read_config(source: Source, progress: Progress = quiet) -> tuple[str, float, float, ConfigSnapshot]:
