@@ -132,7 +132,7 @@ def test_family_out_of_place_is_read_with_a_warning(tmp_path, base_lines, clean_
     recovered(result, clean_findings, f"{trace}:4", "gpunet_nic_pfc_pause_frames_total")
 
 
-@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf", "-5", "-1e300"])
+@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf", "-5", "-1e300", "1e308"])
 def test_non_finite_or_negative_counter_values_are_dropped(tmp_path, base_lines, clean_findings, bad):
     lines = list(base_lines)
     idx = series_lines(lines, TX)
@@ -143,6 +143,22 @@ def test_non_finite_or_negative_counter_values_are_dropped(tmp_path, base_lines,
     result = diagnose("--replay", str(trace), "--format", "json")
     (w,) = recovered(result, clean_findings, f"{trace}:{idx[0] + 1}", TX)
     assert "3 " in w
+
+
+@pytest.mark.parametrize("name,bad", [("gpunet_nic_link_speed_bytes_per_second", "-25000000000"),
+                                      ("gpunet_nic_link_speed_bytes_per_second", "1e308"),
+                                      ("gpunet_nic_rdma_loss_events_total", "1e308")])
+def test_impossible_gauges_and_counters_make_no_phantom_finding(tmp_path, base_lines, clean_findings, name, bad):
+    """A negative link speed is no degraded link; a loss counter at 1e308 is no packet loss."""
+    lines = list(base_lines)
+    idx = series_lines(lines, name)
+    assert idx, name
+    for i in idx[20:23]:
+        key, _, ts = lines[i].rsplit(" ", 2)
+        lines[i] = f"{key} {bad} {ts}"
+    trace = write(tmp_path / "impossible.om.gz", lines)
+    result = diagnose("--replay", str(trace), "--format", "json")
+    recovered(result, clean_findings, f"{trace}:{idx[0] + 1}", name)
 
 
 def test_non_finite_timestamps_are_dropped(tmp_path, base_lines, clean_findings):

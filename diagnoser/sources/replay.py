@@ -20,9 +20,14 @@ import numpy as np
 from diagnoser.model.frame import WANTED, Frame, FrameBuilder, choose_step
 from diagnoser.model.netconfig import SPARSE
 from diagnoser.sources.exposition import parse_series
+from gpunet import contract as c
 from gpunet.window import LAST_SECOND
 
 BLOCK = 1 << 22  # bytes read at a time
+# No gpunet value reaches this: a byte counter of a 1.6 Tb/s port takes 300 years to get
+# there. Larger samples are garbage (1e308), dropped with a warning rather than believed.
+IMPOSSIBLE = 1e21
+NON_NEGATIVE = frozenset({c.NIC_LINK_SPEED.name, c.NIC_UP.name, c.GPU_SM_CLOCK.name})  # gauges that cannot be < 0
 MAX_LINE = 1 << 20  # a "line" longer than this is not a sample: refuse it rather than buffer it
 
 
@@ -140,12 +145,13 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
                              f"{values[bad][:40]!r} {stamps[bad][:40]!r}") from None
         series = key[:100].decode("utf-8", "replace")
         bad = ~(np.isfinite(t) & np.isfinite(v))
-        if name.endswith("_total"):
-            bad |= v < 0  # a counter never goes negative; a reset goes to zero
+        if name.endswith("_total") or name in NON_NEGATIVE:
+            bad |= v < 0  # a counter never goes negative (a reset goes to zero); nor does a speed or a state
+        bad |= np.abs(v) > IMPOSSIBLE  # 1e308 is no reading of any counter or gauge
         if bad.any():
             first = int(np.argmax(bad))
-            notes("NaN/Inf/negative samples", f"{where}: {series}: {int(bad.sum())} samples with a NaN, infinite "
-                  f"or negative value or timestamp dropped (the first at line {key_line + first})")
+            notes("NaN/Inf/negative samples", f"{where}: {series}: {int(bad.sum())} samples with a NaN, infinite, "
+                  f"negative or impossible (over 1e21) value or timestamp dropped (the first at line {key_line + first})")
             t, v = t[~bad], v[~bad]
         if len(t) > 1:
             step = np.diff(t)
