@@ -19,6 +19,10 @@ from diagnoser.sources import Connection, Source, SourceError
 from gpunet.promapi import add_connection_arguments
 from gpunet.window import parse_duration, parse_time
 
+EXIT_STATUS = ("exit status: 0 a report was printed; 1 the source could not be read (one line on stderr says what "
+               "and where); 2 a bad flag or value, or an unknown --job; with --fail-on-findings, 3 when the verdict "
+               "is findings and 4 when it is inconclusive")
+
 
 def parse_count(text: str) -> float:
     """'10B', '70e9', '7b', '350M' -> a number."""
@@ -42,7 +46,7 @@ def non_negative(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="diagnose", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="diagnose", description=__doc__.split("\n\n")[0], epilog=EXIT_STATUS)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--replay", metavar="FILE", help="a trace (.om or .om.gz, contract section 3)")
     src.add_argument("--prometheus", metavar="URL", default=os.environ.get("GPUNET_PROMETHEUS_URL"),
