@@ -35,6 +35,11 @@ class MonotonicCounters:
             key = (s.metric.name, s.labels)
             entry = state.get(key)
             raw = s.value
+            if not 0 <= raw < float("inf"):  # a driver's -1 or NaN is no reading: the last value stands
+                if entry is not None:
+                    entry[2] = tick
+                    out.append(s._replace(value=entry[1]))
+                continue
             if entry is None:
                 state[key] = [raw, raw, tick]
                 out.append(s)
@@ -42,10 +47,10 @@ class MonotonicCounters:
             last_raw, exported, _ = entry
             if raw >= last_raw:
                 exported += raw - last_raw
-            elif s.wrap and last_raw >= s.wrap / 2 and raw < s.wrap / 2:
+            elif s.wrap and s.wrap / 2 <= last_raw < s.wrap and raw < s.wrap / 2:
                 exported += raw + s.wrap - last_raw  # passed the top of a narrow counter
             else:
-                exported += raw  # reset: the source restarted from zero
+                exported += raw  # reset (a value past the width cannot have wrapped): restarted from zero
             entry[0], entry[1], entry[2] = raw, exported, tick
             # Most counters never wrapped nor reset: their sample goes out as it came.
             out.append(s if exported == raw else s._replace(value=exported))

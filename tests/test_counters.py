@@ -8,8 +8,13 @@ WRAP = float(2**32)
 
 
 def run(values, wrap=None):
+    """The exported value after each raw reading; None where nothing was exported yet."""
     counters = MonotonicCounters()
-    return [counters.apply([Sample(NIC_RECEIVE_BYTES, ("eth0",), v, wrap)])[0].value for v in values]
+    out = []
+    for v in values:
+        samples = counters.apply([Sample(NIC_RECEIVE_BYTES, ("eth0",), v, wrap)])
+        out.append(samples[0].value if samples else None)
+    return out
 
 
 def test_first_reading_is_the_systems_own_value():
@@ -32,6 +37,28 @@ def test_reset_adds_the_new_value_instead_of_dropping():
 
 def test_decrease_in_lower_half_of_narrow_counter_is_a_reset_not_a_wrap():
     assert run([1000.0, 10.0], wrap=WRAP) == [1000.0, 1010.0]
+
+
+def test_a_value_past_the_width_that_falls_is_a_reset_never_a_decrease():
+    """A "32-bit" counter holding 5e9 cannot have wrapped: back to 10 is a reset, +10."""
+    assert run([5e9, 10.0, 20.0], wrap=WRAP) == [5e9, 5e9 + 10, 5e9 + 20]
+
+
+def test_a_driver_minus_one_or_nan_keeps_the_last_value():
+    values = run([1000.0, -1.0, float("nan"), 1500.0])
+    assert values == [1000.0, 1000.0, 1000.0, 1500.0]
+
+
+def test_never_decreases_whatever_the_driver_says():
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    raw = [-1.0, float("nan"), *rng.choice([0.0, 5.0, -1.0, WRAP - 3, 6e9, float("nan"), 1e12], size=400)]
+    exported = run(raw, wrap=WRAP)
+    assert exported[:2] == [None, None]  # nothing read yet: nothing exported
+    exported = exported[2:]
+    assert all(v is not None and v == v for v in exported)
+    assert all(b >= a for a, b in zip(exported, exported[1:]))
 
 
 def test_gauges_are_untouched():
