@@ -22,7 +22,7 @@ from exporter.readers.slurm_jobs import DEFAULT_DIR
 from exporter.registry import Registry
 from exporter.root import Root
 from exporter.sampler import Sampler
-from exporter.server import Access, make_app
+from exporter.server import Access, make_app, quiet_bad_requests
 from exporter.webconfig import WebConfig, WebConfigError
 from exporter.workload_options import DEFAULT_POD_PATTERN, WorkloadOptions, compile_pod_pattern
 from gpunet import __version__
@@ -244,6 +244,7 @@ async def serve(args: argparse.Namespace) -> None:
     registry = Registry(args.root)
     sampler = make_sampler(args, registry)
     await sampler.start()
+    quiet_bad_requests(registry)
     runner = web.AppRunner(make_app(registry, sampler, access), access_log=None)
     await runner.setup()
     host, port = args.listen

@@ -23,6 +23,7 @@ from gpunet.contract import (
     COLLECTOR_LAST_SUCCESS,
     COLLECTOR_UP,
     EXPORTER_BUILD_INFO,
+    HTTP_BAD_REQUESTS,
     TICK_INTERVAL,
     TICKS,
     TICKS_LATE,
@@ -53,6 +54,7 @@ class Registry:
         self._root_label = root_label
         self._renderer = Renderer()
         self._process = ProcessCollector(registry=None)  # process_cpu_seconds_total, RSS, fds
+        self._bad_requests = 0
 
     # --- written by the sampler ---------------------------------------------------------
     def publish(self, collector: str, samples: list[Sample], duration: float, errors: int) -> None:
@@ -72,6 +74,12 @@ class Registry:
             entry = self._ticks.setdefault(tick, [interval, 0, 0])
             entry[1] += 1
             entry[2] += int(late)
+
+    def count_bad_request(self) -> None:
+        """A request the server refused as malformed HTTP (exporter/server.py)."""
+        with self._lock:
+            self._bad_requests += 1
+            self._generation += 1
 
     def collector_status(self) -> dict[str, CollectorStatus]:
         with self._lock:
@@ -101,11 +109,13 @@ class Registry:
             published = [s for samples in self._samples.values() for s in samples]
             status = {k: CollectorStatus(**vars(v)) for k, v in self._status.items()}
             ticks = {k: list(v) for k, v in self._ticks.items()}
+            bad_requests = self._bad_requests
         by_metric: dict[str, tuple[MetricSpec, list[Sample]]] = {}
         for s in published:
             by_metric.setdefault(s.metric.name, (s.metric, []))[1].append(s)
 
-        self_samples = [Sample(EXPORTER_BUILD_INFO, (__version__, self._root_label), 1.0)]
+        self_samples = [Sample(EXPORTER_BUILD_INFO, (__version__, self._root_label), 1.0),
+                        Sample(HTTP_BAD_REQUESTS, (), bad_requests)]
         for name, st in sorted(status.items()):
             self_samples += [Sample(COLLECTOR_UP, (name,), 1.0 if st.up else 0.0),
                              Sample(COLLECTOR_DURATION, (name,), st.duration),

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from exporter.registry import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Registry
 from exporter.sampler import Sampler
+
+log = logging.getLogger("gpunet.exporter")
 
 INDEX = b"""<html><head><title>gpunet exporter</title></head><body><h1>gpunet exporter</h1>
 <p><a href="/metrics">Metrics</a> &middot; <a href="/healthz">Health</a></p></body></html>
@@ -33,6 +37,37 @@ class Access:
     def __init__(self, web_config=None, max_requests: int = 40):
         self.web_config = web_config
         self.in_flight = asyncio.Semaphore(max_requests)
+
+
+class QuietBadRequests(logging.Filter):
+    """aiohttp logs every request it cannot parse at ERROR with a traceback: anyone who can
+    connect could fill the disk with garbage. Such requests are answered 400 by aiohttp all
+    the same; here they are counted (gpunet_exporter_http_bad_requests_total) and logged
+    once each at debug, in one line. Errors of the exporter's own handlers still log."""
+
+    def __init__(self, registry: Registry):
+        super().__init__()
+        self.registry = registry
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            self.registry.count_bad_request()
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("bad request: %s: %s", record.getMessage(), " ".join(str(error).split())[:200])
+            return False
+        return True
+
+
+def quiet_bad_requests(registry: Registry) -> QuietBadRequests:
+    """Install the filter on aiohttp's server logger (once per process); returns it."""
+    server_log = logging.getLogger("aiohttp.server")
+    for f in server_log.filters:
+        if isinstance(f, QuietBadRequests):
+            server_log.removeFilter(f)
+    quiet = QuietBadRequests(registry)
+    server_log.addFilter(quiet)
+    return quiet
 
 
 def make_app(registry: Registry, sampler: Sampler | None = None, access: Access | None = None) -> web.Application:

@@ -193,6 +193,8 @@ TICKS = _m("gpunet_exporter_ticks_total", "counter", "Sampler ticks run.", ("tic
 TICKS_LATE = _m("gpunet_exporter_ticks_late_total", "counter",
                 "Ticks that started more than one interval late (the previous tick overran).", ("tick",))
 TICK_INTERVAL = _m("gpunet_exporter_tick_interval_seconds", "gauge", "Configured tick interval.", ("tick",))
+HTTP_BAD_REQUESTS = _m("gpunet_exporter_http_bad_requests_total", "counter",
+                       "Requests refused as malformed HTTP (answered 400, logged at debug only).")
 
 # --- Enumerations the contract fixes -------------------------------------------------------
 DIRECTIONS = ("receive", "transmit")
