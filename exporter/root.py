@@ -26,6 +26,9 @@ class SourceError(Exception):
 # Git cannot store empty folders, so fixture trees hold a `.keep` file where a folder must
 # exist; it is never a counter or a device.
 IGNORED_NAMES = frozenset({".keep"})
+# The most a read takes from one file. The largest the exporter reads are `ethtool -S` of a
+# port with many channels and /proc/net/netstat: tens of kilobytes.
+MAX_READ = 4 << 20
 
 
 class Root:
@@ -58,25 +61,34 @@ class Root:
             raise SourceError(self._prefix + rel, e.strerror or str(e)) from e
 
     def read_text(self, rel: str) -> str:
+        return self._read(rel).decode("utf-8", "replace")
+
+    def _read(self, rel: str) -> bytes:
+        """The file's bytes, at most MAX_READ: a file that holds more is no attribute or
+        table the exporter reads (a runaway or hostile file must not take its memory)."""
         p = self._prefix + rel
         try:
             with open(p, "rb") as f:
-                return f.read().decode("utf-8", "replace")
+                data = f.read(MAX_READ + 1)
         except OSError as e:
             # sysfs answers EINVAL for attributes that have no value right now (the speed
             # of a link that is down); that is "unknown", still reported with its path.
             raise SourceError(p, e.strerror or str(e)) from e
+        if len(data) > MAX_READ:
+            raise SourceError(p, f"holds over {MAX_READ >> 20} MiB: not read")
+        return data
 
     def read_int_if_present(self, rel: str) -> int | None:
         """The integer in a file, None when the file does not exist; SourceError when it
         exists but cannot be read or holds no integer."""
-        try:
-            with open(self._prefix + rel, "rb") as f:
-                text = f.read()
-        except FileNotFoundError:
+        if not os.path.lexists(self._prefix + rel):
             return None
-        except OSError as e:
-            raise SourceError(self._prefix + rel, e.strerror or str(e)) from e
+        try:
+            text = self._read(rel)
+        except SourceError as e:
+            if not os.path.lexists(self._prefix + rel):  # gone between the two looks
+                return None
+            raise e
         try:
             return int(text)
         except ValueError:

@@ -179,6 +179,23 @@ def test_nic_vanishing_between_ticks_costs_only_its_series(node_copy):
     assert node.value("gpunet_nic_transmit_bytes_total", device="ens1f0np0") is not None
 
 
+def test_a_huge_attribute_file_costs_its_series_not_the_memory(node_copy):
+    """A 50 MB file where a counter belongs (a runaway or hostile file): read no further than
+    a few MiB, reported as the collector's error, the other NICs' series kept."""
+    import resource
+
+    root = node_copy("roce-mlx5")
+    node = Node(root).tick()
+    huge = root / "ethtool/ens1f1np1.txt"
+    huge.write_bytes(b"     tx_bytes_phy: 1\n" * ((50 << 20) // 21))
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    node.tick(slow=False)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
+    assert grown < 100 * 1024, f"peak RSS grew by {grown / 1024:.0f} MiB"
+    assert node.value("gpunet_exporter_collector_up", collector="wire") == 0.0
+    assert node.value("gpunet_nic_transmit_bytes_total", device="ens1f0np0") is not None
+
+
 # --- vendors -------------------------------------------------------------------------------
 
 # E810 (irdma gen 2) has no go-back-N counters at all; Broadcom has all three.
