@@ -303,3 +303,19 @@ def test_names_from_the_data_cannot_drive_the_terminal_or_inject_markup():
     assert not any(ch in text for ch in "\x1b\x07\x9b") and "\\x1b[2J" in text
     markdown = render_text(report, markdown=True)
     assert "<script>" not in markdown and "&lt;script>" in markdown and "\x1b" not in markdown
+
+
+def test_others_median_is_the_median_of_the_other_nodes():
+    """One sort for every node (the rules' per-window path) gives what dropping each node and
+    taking the median gives, ties and missing values included."""
+    import numpy as np
+
+    from diagnoser.analysis.rules.base import others_median
+
+    rng = np.random.default_rng(3)
+    for n in range(9):
+        for _ in range(50):
+            values = pd.Series(rng.choice([0.0, 1.0, 2.0, 5.0, np.nan, 7.5], size=n), index=[f"n{i}" for i in range(n)])
+            got = others_median(values)
+            for node in values.index:
+                assert got[node] == pytest.approx(values.drop(index=node).median(), nan_ok=True), (values, node)

@@ -6,7 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnoser.analysis.rules.base import EXCESS_IDLE, BottleneckClass, Detection, WindowContext, against_peers
+from diagnoser.analysis.rules.base import (
+    EXCESS_IDLE,
+    BottleneckClass,
+    Detection,
+    WindowContext,
+    against_peers,
+    others_median,
+)
 
 # Go-back-N events per second per node; a clean fabric has none for hours.
 LOSS_RATE = 1.0
@@ -31,14 +38,11 @@ def _local(values: pd.Series) -> list[str]:
     top = float(values.max()) if len(values) else 0.0
     if top <= 0:
         return []
-    out = []
-    for node, value in values.items():
-        peers = values.drop(index=node)
-        if value >= 0.5 * top and (not len(peers) or value >= LOCAL_RATIO * float(peers.median())):
-            out.append(node)
-    if len(out) > max(1, len(values) // LOCAL_SHARE):
+    others = others_median(values)
+    holds = values[(values >= 0.5 * top) & (others.isna() | (values >= LOCAL_RATIO * others))]
+    if len(holds) > max(1, len(values) // LOCAL_SHARE):
         return []
-    return sorted(out, key=lambda n: -values[n])
+    return list(holds.sort_values(ascending=False, kind="stable").index)
 
 
 def check(w: WindowContext) -> Detection | None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
-from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext, against_peers
+from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext, against_peers, others_median
 
 # A NIC stuck in XOFF refreshes its pauses every few hundred microseconds, i.e. thousands of
 # frames a second; a healthy DCQCN fabric sends a handful per second at most.
@@ -27,11 +26,11 @@ def check(w: WindowContext) -> Detection | None:
     # Each candidate against the nodes that are not candidates (two storming nodes must not
     # hide each other); where every node is high, against all the others.
     quiet = rate.drop(index=high.index).dropna()
-    storm = [n for n, r in high.items() if r >= STORM_RATIO * float(
-        np.nan_to_num(quiet.median() if len(quiet) else rate.drop(index=n).median()))]
-    if not storm:
+    peers = others_median(rate)[high.index] if not len(quiet) else pd.Series(float(quiet.median()), index=high.index)
+    storm = high[high >= STORM_RATIO * peers.fillna(0.0)]
+    if not len(storm):
         return None
-    culprits = list(high[storm].sort_values(ascending=False).index)
+    culprits = list(storm.sort_values(ascending=False).index)
     victims = int(((nw["pfc_rx_rate"] > VICTIM_RX_RATE) & ~nw.index.isin(culprits)).sum())
     g = w.cluster
     confidence = 0.6 + 0.4 * min(g["idle_paused_frac"] / SATURATING_PAUSED_IDLE, 1.0) if w.has_gpu else 0.7
