@@ -17,7 +17,7 @@ from diagnoser.analysis import charts
 from diagnoser.analysis.audit import audit as audit_configuration
 from diagnoser.analysis.audit import cross_reference
 from diagnoser.analysis.capacity import ModelSize, advise
-from diagnoser.analysis.classify import classify
+from diagnoser.analysis.classify import baseline, classify
 from diagnoser.analysis.crossjob import attribute
 from diagnoser.analysis.features import Features, compute
 from diagnoser.analysis.findings import cost, findings_of, price_findings, summary
@@ -108,12 +108,13 @@ def analyse(frame: Frame) -> _Diagnosis:
     windows is, for the classes with a signature of their own (a storm's pause rate needs
     no baseline), but says so in its verdict where nothing is found."""
     features = compute(frame)
-    held = classify(features) if not frame.partial else []
+    base = baseline(features)
+    held = classify(features, base) if not frame.partial else []
     incidents, notes = incidents_of(held, frame.step)
     findings = findings_of(incidents, frame.has_gpus, judged_until=float(frame.windows[-1] + frame.step))
     reasons = missing_data(frame, features)
     if not findings:
-        reasons += unexplained_idle(features, {w.window for w in held})
+        reasons += unexplained_idle(features, {w.window for w in held}, base.idle_frac)
     elif reasons:  # findings stand; what could not be seen goes with them as notes
         notes, reasons = notes + reasons, []
     return _Diagnosis(features, findings, notes + too_few_peers(features), verdict(findings, reasons), reasons)

@@ -52,9 +52,8 @@ def baseline(f: Features) -> Baseline:
                     q("retrans_ratio"), q("other_util_median"))
 
 
-def windows(f: Features) -> list[WindowContext]:
+def windows(f: Features, base: Baseline) -> list[WindowContext]:
     """The context of every window that holds node features, with its detections empty."""
-    base = baseline(f)
     nic = f.nic
     if len(nic):
         # Over the whole range: NICs that ever carried traffic or were ever up (a spare port
@@ -87,12 +86,12 @@ def _by_window(table: pd.DataFrame) -> dict[float, pd.DataFrame]:
     return {float(w): part.droplevel("window") for w, part in table.groupby(level="window", sort=False)}
 
 
-def classify(f: Features) -> list[WindowFinding]:
+def classify(f: Features, base: Baseline) -> list[WindowFinding]:
     """Every class's detections in every window, with their cost; then the markers of
     signals that another class explained (they bridge incidents, see incidents.merge)."""
     out: list[WindowFinding] = []
     suppressed: list[WindowFinding] = []
-    for ctx in windows(f):
+    for ctx in windows(f, base):
         found: list[WindowFinding] = []
         for name, record in RULES.items():
             if record.needs_gpu and not ctx.has_gpu:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnoser.analysis.classify import baseline
 from diagnoser.analysis.features import STATES, Features
 from diagnoser.analysis.rules.base import EXCESS_IDLE, MIN_PEERS
 from diagnoser.model.frame import Frame, choose_step
@@ -74,14 +73,13 @@ def unplaced_series(frame: Frame) -> list[str]:
             "node (keep the scrape's instance label, or relabel it to the node's name)"]
 
 
-def unexplained_idle(features: Features, explained: set[float]) -> list[str]:
-    """GPU idle far above the job's baseline in windows no rule explained (`explained`: the
-    windows where some rule held, as a finding or as a marker of a cause or of normal
-    operation)."""
+def unexplained_idle(features: Features, explained: set[float], base: float) -> list[str]:
+    """GPU idle far above the job's baseline (`base`, its idle fraction) in windows no rule
+    explained (`explained`: the windows where some rule held, as a finding or as a marker of
+    a cause or of normal operation)."""
     if not features.frame.has_gpus or not len(features.cluster):
         return []
     g = features.cluster
-    base = baseline(features).idle_frac
     step = features.frame.step
     excess = (g["idle_frac"] - base).to_numpy()
     covered = np.isin(g.index.to_numpy(dtype=float), sorted(explained))
