@@ -39,24 +39,16 @@ def merge(findings: list[WindowFinding], step: float) -> list[Incident]:
             if not culprits or not f.nodes or culprits & set(f.nodes):
                 target = entry
                 break
+        piece = Incident(f.cls, f.window, f.window + step, list(f.nodes), list(f.devices), f.confidence,
+                         _num(f.idle_seconds), 1, dict(f.evidence), dict(f.effect))
         if target is None:
-            incident = Incident(f.cls, f.window, f.window + step, list(f.nodes), list(f.devices), f.confidence,
-                                _num(f.idle_seconds), 1, dict(f.evidence), dict(f.effect))
-            incidents.append(incident)
-            candidates.append((incident, f.window, set(f.nodes)))
+            incidents.append(piece)
+            candidates.append((piece, f.window, set(f.nodes)))
             continue
         incident, _, culprits = target
-        incident.end = f.window + step
-        incident.nodes = sorted(set(incident.nodes) | set(f.nodes))
-        incident.devices = sorted(set(incident.devices) | set(f.devices))
-        incident.confidence = (incident.confidence * incident.windows + f.confidence) / (incident.windows + 1)
-        incident.gpu_idle_seconds += _num(f.idle_seconds)
-        incident.windows += 1
-        for node, effect in f.effect.items():
-            incident.effect[node] = incident.effect.get(node, 0.0) + effect
-        if _num(f.idle_seconds) >= _num(incident.evidence.get("_peak_idle", 0)):
-            incident.evidence = dict(f.evidence)  # show the worst window's figures
-            incident.evidence["_peak_idle"] = _num(f.idle_seconds)
+        if piece.gpu_idle_seconds >= _num(incident.evidence.get("_peak_idle", 0)):
+            incident.evidence = {**piece.evidence, "_peak_idle": piece.gpu_idle_seconds}  # the worst window's figures
+        _join(incident, piece)
         candidates.remove(target)
         candidates.append((incident, f.window, culprits | set(f.nodes)))
     incidents = [i for i in incidents if i.end - i.start >= MIN_SECONDS - 1e-6]
@@ -75,6 +67,20 @@ def ranked_culprits(incident: Incident) -> list[str]:
     top = max(incident.effect.values())
     kept = [n for n, e in incident.effect.items() if e >= CULPRIT_SHARE * top]
     return sorted(kept, key=lambda n: (-incident.effect[n], n))
+
+
+def _join(into: Incident, other: Incident) -> None:
+    """`other` made part of `into`: its span, culprits, devices, GPU idle and effect added,
+    the confidence weighed by windows. (Evidence is the caller's choice.)"""
+    into.start, into.end = min(into.start, other.start), max(into.end, other.end)
+    into.nodes = sorted(set(into.nodes) | set(other.nodes))
+    into.devices = sorted(set(into.devices) | set(other.devices))
+    into.confidence = (into.confidence * into.windows + other.confidence * other.windows) / \
+        (into.windows + other.windows)
+    into.gpu_idle_seconds += other.gpu_idle_seconds
+    into.windows += other.windows
+    for node, effect in other.effect.items():
+        into.effect[node] = into.effect.get(node, 0.0) + effect
 
 
 def _num(x) -> float:
@@ -96,13 +102,7 @@ def join_edges(incidents: list[Incident], step: float) -> list[Incident]:
             continue
         if host.windows == 1 and i.windows > 1:  # keep the longer one's evidence
             host.evidence = i.evidence
-        host.start, host.end = min(host.start, i.start), max(host.end, i.end)
-        host.devices = sorted(set(host.devices) | set(i.devices))
-        host.confidence = (host.confidence * host.windows + i.confidence * i.windows) / (host.windows + i.windows)
-        host.gpu_idle_seconds += i.gpu_idle_seconds
-        host.windows += i.windows
-        for node, effect in i.effect.items():
-            host.effect[node] = host.effect.get(node, 0.0) + effect
+        _join(host, i)
         if RULES[host.cls].localised:
             host.nodes = ranked_culprits(host)
     return sorted(out, key=lambda i: -i.gpu_idle_seconds if i.gpu_idle_seconds == i.gpu_idle_seconds else 0)
