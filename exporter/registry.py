@@ -76,10 +76,11 @@ class Registry:
             entry[2] += int(late)
 
     def count_bad_request(self) -> None:
-        """A request the server refused as malformed HTTP (exporter/server.py)."""
+        """A request the server refused as malformed HTTP (exporter/server.py). The cached body
+        is not invalidated for it (a flood must not make every scrape render anew): the count
+        goes out with the next tick's body."""
         with self._lock:
             self._bad_requests += 1
-            self._generation += 1
 
     def collector_status(self) -> dict[str, CollectorStatus]:
         with self._lock:

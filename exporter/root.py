@@ -61,15 +61,22 @@ class Root:
             raise SourceError(self._prefix + rel, e.strerror or str(e)) from e
 
     def read_text(self, rel: str) -> str:
-        return self._read(rel).decode("utf-8", "replace")
+        data = self._read(rel)
+        assert data is not None  # not missing_ok: an absent file raised
+        return data.decode("utf-8", "replace")
 
-    def _read(self, rel: str) -> bytes:
+    def _read(self, rel: str, missing_ok: bool = False) -> bytes | None:
         """The file's bytes, at most MAX_READ: a file that holds more is no attribute or
-        table the exporter reads (a runaway or hostile file must not take its memory)."""
+        table the exporter reads (a runaway or hostile file must not take its memory).
+        None for a file that does not exist, where `missing_ok`."""
         p = self._prefix + rel
         try:
             with open(p, "rb") as f:
                 data = f.read(MAX_READ + 1)
+        except FileNotFoundError as e:
+            if missing_ok:
+                return None
+            raise SourceError(p, e.strerror or str(e)) from e
         except OSError as e:
             # sysfs answers EINVAL for attributes that have no value right now (the speed
             # of a link that is down); that is "unknown", still reported with its path.
@@ -81,14 +88,9 @@ class Root:
     def read_int_if_present(self, rel: str) -> int | None:
         """The integer in a file, None when the file does not exist; SourceError when it
         exists but cannot be read or holds no integer."""
-        if not os.path.lexists(self._prefix + rel):
+        text = self._read(rel, missing_ok=True)  # one open, as the fast tick reads it
+        if text is None:
             return None
-        try:
-            text = self._read(rel)
-        except SourceError as e:
-            if not os.path.lexists(self._prefix + rel):  # gone between the two looks
-                return None
-            raise e
         try:
             return int(text)
         except ValueError:

@@ -31,17 +31,23 @@ def findings_of(incidents: list[Incident], has_gpus: bool, job: str | None = Non
 
 def summary(features: Features) -> Summary:
     frame = features.frame
-    g = features.cluster
     gpus = frame.node["gpus"].groupby(level="instance").max()
-    total = g["gpu_time"].sum(min_count=1)
-    idle = (g["idle_frac"] * g["gpu_time"]).sum(min_count=1)
-    if frame.gpu_seconds is not None and sum(frame.gpu_seconds) > 0:  # the whole range, partial windows too
-        total, idle = sum(frame.gpu_seconds), frame.gpu_seconds[1]
+    total, idle = _gpu_seconds(features)
     fraction = rounded(idle / total, 4) if total and np.isfinite(total) and total > 0 else None
     judged = None if frame.partial or not len(frame.windows) else \
         (round(float(frame.windows[0]), 3), round(float(frame.windows[-1] + frame.step), 3))
     return Summary(round(frame.start, 3), round(frame.end, 3), len(frame.instances),
                    int(np.nansum(gpus)) if len(gpus) else 0, fraction, judged)
+
+
+def _gpu_seconds(features: Features) -> tuple[float, float]:
+    """(GPU time, GPU idle) in GPU-seconds over the whole range asked for, partial windows at
+    its ends included where the source counted them; else over the judged windows."""
+    frame = features.frame
+    if frame.gpu_seconds is not None and sum(frame.gpu_seconds) > 0:
+        return sum(frame.gpu_seconds), frame.gpu_seconds[1]
+    g = features.cluster
+    return float(g["gpu_time"].sum(min_count=1)), float((g["idle_frac"] * g["gpu_time"]).sum(min_count=1))
 
 
 def price_findings(findings: list[Finding], price: float | None) -> None:
@@ -57,9 +63,7 @@ def cost(features: Features, window: Summary, findings: list[Finding], price: fl
          currency: str = "") -> Cost | None:
     """The GPU-hours of the window, those idle and those lost to the findings, so that what
     a slow network costs can be set against what an upgrade costs; None without GPU time."""
-    gpu_time = float(features.node["gpu_time"].sum(min_count=1))
-    if features.frame.gpu_seconds is not None and sum(features.frame.gpu_seconds) > 0:
-        gpu_time = sum(features.frame.gpu_seconds)  # the whole range, partial windows too
+    gpu_time = _gpu_seconds(features)[0]
     if not np.isfinite(gpu_time) or gpu_time <= 0:
         return None
     idle = gpu_time * (window.gpu_idle_fraction or 0.0)

@@ -151,6 +151,7 @@ class FrameBuilder:
         self.nccl: list[tuple] = []
         self.without_instance = 0
         self.totals: dict[str, dict[str, np.ndarray]] = {}  # "busy" | "idle" -> seconds over [start, end]
+        self.range_edges = np.array([start, end])
 
     def _acc(self, table: dict, key: object, column: str, values: np.ndarray) -> None:
         row = table.setdefault(key, {})
@@ -186,7 +187,7 @@ class FrameBuilder:
                 self._acc(self.gpu, (instance, labels.get("gpu", "")), "busy" if target == "busy" else "idle", values)
                 fine = counter_increase(t, v, self.fine_edges)
                 self._acc(self.totals, "busy" if target == "busy" else "idle", "seconds",
-                          counter_increase(t, v, np.array([self.start, self.end])))
+                          counter_increase(t, v, self.range_edges))
                 self._acc(self.fine, "busy" if target == "busy" else "idle", target, fine)
                 self._acc(self.node_fine, instance, target, fine)
                 if target == "busy":
