@@ -28,25 +28,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from diagnoser.evaluate import Score, inside, labels_of, windows_of
-from diagnoser.pipeline import diagnose_frame
-from diagnoser.sources.replay import frame_of, read
-
-LENGTHS = (15 * 60.0, 30 * 60.0, 3600.0, 3 * 3600.0)
+from diagnoser.evaluate import Score, sweep
 
 
-def sweep(trace: Path, score: Score, offsets: int) -> int:
+def score_trace(trace: Path, score: Score, offsets: int) -> int:
     """Score every shifted window of one trace; returns how many were diagnosed."""
-    parsed = read(trace)
-    labels = labels_of(trace)["incidents"]
-    windows = windows_of(parsed.first, parsed.last, LENGTHS, offsets)
-    for start, end in windows:
-        doc = diagnose_frame(frame_of(parsed, start=start, end=end)).to_dict()
-        findings = doc["findings"]
-        judged = doc.get("judged", {"start": start, "end": start})
-        whole, cut = inside(labels, judged["start"], judged["end"])
-        score.add(f"{trace.name} +{start - parsed.first:.0f}..+{end - parsed.first:.0f}s", whole, findings, cut)
-    return len(windows)
+    windows = 0
+    for w in sweep(trace, offsets):
+        where = f"{trace.name} +{w.start - w.first:.0f}..+{w.end - w.first:.0f}s"
+        score.add(where, w.whole, w.report.to_dict()["findings"], w.cut)
+        windows += 1
+    return windows
 
 
 def main() -> int:
@@ -66,7 +58,7 @@ def main() -> int:
         score, started, traces, windows = Score(), time.perf_counter(), 0, 0
         for d in dirs:
             for trace in sorted(d.rglob("*.om.gz")):
-                windows += sweep(trace, score, args.offsets)
+                windows += score_trace(trace, score, args.offsets)
                 traces += 1
         print(f"{traces} traces, {windows} windows ({args.offsets} per length of 15m, 30m, 1h, 3h), "
               f"{time.perf_counter() - started:.1f} s")

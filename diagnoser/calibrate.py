@@ -22,11 +22,8 @@ import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
 from diagnoser.analysis.calibration import PARAMETERS
-from diagnoser.evaluate import inside, labels_of, matches, of_cut, windows_of
-from diagnoser.pipeline import diagnose_frame
-from diagnoser.sources.replay import frame_of, read
+from diagnoser.evaluate import matches, of_cut, sweep
 
-LENGTHS = (15 * 60.0, 30 * 60.0, 3600.0, 3 * 3600.0)
 # The fitted confidence stays within these: no finding is certain, none worthless enough to print.
 FLOOR, CEILING = 0.05, 0.99
 
@@ -36,16 +33,11 @@ def outcomes(folder: Path, offsets: int) -> list[tuple[str, float, bool]]:
     `folder`; findings of an incident the window cuts are left out (neither right nor wrong)."""
     out = []
     for trace in sorted(folder.rglob("*.om.gz")):
-        parsed = read(trace)
-        labels = labels_of(trace)["incidents"]
-        for start, end in windows_of(parsed.first, parsed.last, LENGTHS, offsets):
-            report = diagnose_frame(frame_of(parsed, start=start, end=end))
-            judged = report.summary.judged or (start, start)
-            whole, cut = inside(labels, *judged)
-            for f in report.findings:
+        for w in sweep(trace, offsets):
+            for f in w.report.findings:
                 doc = f.to_dict()
-                if not of_cut(doc, cut):
-                    out.append((f.cls, f.score, any(matches(t, doc) for t in whole)))
+                if not of_cut(doc, w.cut):
+                    out.append((f.cls, f.score, any(matches(t, doc) for t in w.whole)))
     return out
 
 

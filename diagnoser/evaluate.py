@@ -11,11 +11,18 @@ incident is a false finding.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from diagnoser.analysis.jobs import UNATTRIBUTED
 from diagnoser.analysis.rules import RULES
+from diagnoser.model.report import Report
+from diagnoser.pipeline import diagnose_frame
+from diagnoser.sources.replay import Trace, frame_of, read
+
+# The window lengths on-call asks for (--since 15m, 30m, 1h, 3h).
+LENGTHS = (15 * 60.0, 30 * 60.0, 3600.0, 3 * 3600.0)
 
 
 def matches(truth: dict, finding: dict) -> bool:
@@ -138,6 +145,37 @@ def inside(incidents: list[dict], start: float, end: float) -> tuple[list[dict],
     whole = [t for t in incidents if t["start"] >= start and t["end"] <= end]
     cut = [t for t in incidents if t not in whole and t["end"] > start and t["start"] < end]
     return whole, cut
+
+
+@dataclass
+class Shifted:
+    """One window of a sweep: what was asked, the diagnosis, and the labelled incidents
+    wholly inside the span it judged and those it cuts."""
+    start: float
+    end: float
+    report: Report
+    whole: list[dict]
+    cut: list[dict]
+    first: float  # the trace's first and last samples, for saying where a window lies in it
+    last: float
+
+
+def from_file(parsed: Trace, start: float, end: float) -> Report:
+    """What `diagnose --replay` finds in [start, end] (the same pipeline, in-process)."""
+    return diagnose_frame(frame_of(parsed, start=start, end=end))
+
+
+def sweep(trace: Path, offsets: int, lengths: tuple[float, ...] = LENGTHS,
+          diagnosis: Callable[[Trace, float, float], Report] = from_file) -> Iterator[Shifted]:
+    """Diagnose a labelled trace, read once, over shifted windows (windows_of), each with the
+    labelled incidents inside what it judged: what bench/accuracy.py, diagnoser.calibrate
+    and tests/test_shifts.py score. `diagnosis` may read another source of the same data."""
+    parsed = read(trace)
+    labels = labels_of(trace)["incidents"]
+    for start, end in windows_of(parsed.first, parsed.last, lengths, offsets):
+        report = diagnosis(parsed, start, end)
+        whole, cut = inside(labels, *(report.summary.judged or (start, start)))
+        yield Shifted(start, end, report, whole, cut, parsed.first, parsed.last)
 
 
 def labels_of(trace: Path) -> dict:

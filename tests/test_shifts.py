@@ -19,48 +19,44 @@ import pytest
 from test_diagnoser import TRACES
 
 from diagnoser.analysis.rules import RULES
-from diagnoser.evaluate import Score, inside, labels_of, matches, windows_of
-from diagnoser.pipeline import diagnose, diagnose_frame
+from diagnoser.evaluate import Score, from_file, labels_of, matches, sweep
+from diagnoser.pipeline import diagnose
 from diagnoser.sources import Source
-from diagnoser.sources.replay import frame_of, read
 
-LENGTHS = (15 * 60.0, 30 * 60.0, 3600.0, 3 * 3600.0)
 OFFSETS = 8  # per length: 32 windows, each starting or ending at a different second
 SERVED_OFFSETS = 4
 SERVED = ("healthy_confounders.om.gz", "pfc_storm.om.gz", "packet_loss_link.om.gz")
 
 
-def sweep(trace: Path, diagnosis, windows) -> dict[tuple, set]:
-    """Diagnose every window, score it against the labels, and return what each labelled
-    incident was found as: {incident: {(class, culprits in order)}}."""
-    labels = labels_of(trace)["incidents"]
+def scored(trace: Path, offsets: int, diagnosis=from_file) -> tuple[dict[tuple, set], set[int]]:
+    """Diagnose every shifted window, score it against the labels, and return what each
+    labelled incident was found as ({incident: {(class, culprits in order)}}) and the shifts
+    tried (seconds from the trace's start to a window's start, and from its end to the trace's)."""
+    healthy = not labels_of(trace)["incidents"]
     found: dict[tuple, set] = {}
-    for start, end in windows:
-        doc = diagnosis(start, end).to_dict()
-        judged = doc.get("judged", {"start": start, "end": start})  # the whole windows of the grid
-        whole, cut = inside(labels, judged["start"], judged["end"])
+    shifts: set[int] = set()
+    for w in sweep(trace, offsets, diagnosis=diagnosis):
+        shifts |= {round(w.start - w.first), round(w.last - w.end)}
+        doc = w.report.to_dict()
         score = Score()
-        score.add(trace.name, whole, doc["findings"], cut)
-        where = f"{trace.name} window +{start:.0f}..+{end:.0f} s"
+        score.add(trace.name, w.whole, doc["findings"], w.cut)
+        where = f"{trace.name} window +{w.start - w.first:.0f}..+{w.end - w.first:.0f} s"
         assert not score.misses and not score.false_findings, (where, score.misses, score.false_findings)
-        if not labels:
+        if healthy:
             assert doc["verdict"] == "healthy", (where, doc.get("inconclusive_reasons"))
-        for truth in whole:
+        for truth in w.whole:
             f = next(f for f in doc["findings"] if matches(truth, f))
             # Culprits exact where the labels name any: no neighbour named beside the labelled node.
             if RULES[truth["class"]].localised and truth["nodes"]:
                 assert set(f["nodes"]) == set(truth["nodes"]), (where, truth, f["nodes"])
             found.setdefault((truth["class"], truth["start"]), set()).add((f["class"], tuple(f["nodes"])))
-    return found
+    return found, shifts
 
 
 @pytest.mark.parametrize("trace", TRACES, ids=[t.name for t in TRACES])
 def test_the_same_incidents_at_every_second_and_length(trace):
-    parsed = read(trace)
-    windows = windows_of(parsed.first, parsed.last, LENGTHS, OFFSETS)
-    shifts = {round(s - parsed.first) for s, _ in windows} | {round(parsed.last - e) for _, e in windows}
+    found, shifts = scored(trace, OFFSETS)
     assert len(shifts) >= 30, shifts
-    found = sweep(trace, lambda s, e: diagnose_frame(frame_of(parsed, start=s, end=e)), windows)
     assert all(len(answers) == 1 for answers in found.values()), found
 
 
@@ -72,15 +68,13 @@ def test_the_same_incidents_from_prometheus_at_every_second_and_length(name, ser
     culprits in the same order as the file gives for the same window."""
     trace = next(t for t in TRACES if t.name == name)
     url = served(trace)
-    parsed = read(trace)
-    windows = windows_of(parsed.first, parsed.last, LENGTHS, SERVED_OFFSETS)
 
-    def from_server(start: float, end: float):
+    def from_server(parsed, start: float, end: float):
         report = diagnose(Source(prometheus=url, start=f"{start:.3f}", end=f"{end:.3f}"))
-        from_file = diagnose_frame(frame_of(parsed, start=start, end=end))
-        assert [(f.cls, f.nodes) for f in report.findings] == [(f.cls, f.nodes) for f in from_file.findings]
-        assert report.verdict == from_file.verdict
+        file_report = from_file(parsed, start, end)
+        assert [(f.cls, f.nodes) for f in report.findings] == [(f.cls, f.nodes) for f in file_report.findings]
+        assert report.verdict == file_report.verdict
         return report
 
-    found = sweep(trace, from_server, windows)
+    found, _ = scored(trace, SERVED_OFFSETS, from_server)
     assert all(len(answers) == 1 for answers in found.values()), found
