@@ -148,6 +148,11 @@ class BottleneckClass:
 MIN_PEERS = 4
 
 
+def any_node(node: pd.DataFrame, column: str, at_least: float) -> pd.Series:
+    """Per window, whether some node's `column` reached `at_least`: a record's signature."""
+    return (node[column] >= at_least).groupby(level="window").any()
+
+
 def others_median(values: pd.Series) -> pd.Series:
     """For each node, the median of the other nodes' values (NaN where there are none), in
     one sort rather than one median per node: a window of 1000 nodes is judged as fast as

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from diagnoser.analysis.rules.base import MIN_PEERS, BottleneckClass, Detection, WindowContext, against_peers
+from diagnoser.analysis.rules.base import MIN_PEERS, BottleneckClass, Detection, WindowContext, against_peers, any_node
 
 THROTTLE = 0.25  # fraction of a node's GPU time under a throttle reason
 # Without a rise of the job's idle, a throttled node still counts when it idles far less
@@ -48,10 +48,6 @@ def throttled_gpus(gpu: pd.DataFrame, window: float, step: float, nodes: list[st
     return out
 
 
-def signature(node: pd.DataFrame) -> pd.Series:
-    return (node["throttle_frac"] >= THROTTLE).groupby(level="window").any()
-
-
 RULE = BottleneckClass(
     name="gpu_throttle",
     title="GPU throttling",
@@ -66,5 +62,5 @@ RULE = BottleneckClass(
     # all-reduce at line rate.
     explains=frozenset({"straggler", "network_bandwidth"}),
     chart=("throttle_frac", "fraction of GPU time throttled"),
-    signature=signature,
+    signature=lambda node: any_node(node, "throttle_frac", THROTTLE),
 )

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext, against_peers, others_median
+from diagnoser.analysis.rules.base import (
+    BottleneckClass,
+    Detection,
+    WindowContext,
+    against_peers,
+    any_node,
+    others_median,
+)
 
 # A NIC stuck in XOFF refreshes its pauses every few hundred microseconds, i.e. thousands of
 # frames a second; a healthy DCQCN fabric sends a handful per second at most.
@@ -40,10 +47,6 @@ def check(w: WindowContext) -> Detection | None:
         effect={n: float(rate[n]) for n in culprits})
 
 
-def signature(node: pd.DataFrame) -> pd.Series:
-    return (node["pfc_tx_rate"] >= STORM_TX_RATE).groupby(level="window").any()
-
-
 RULE = BottleneckClass(
     name="pfc_storm",
     title="PFC storm",
@@ -60,6 +63,6 @@ RULE = BottleneckClass(
     # scrapes catch it at a different moment, so some look as if they idled less (stragglers).
     explains=frozenset({"network_congestion", "host_bound", "straggler"}),
     reaches_other_jobs=True,
-    signature=signature,
+    signature=lambda node: any_node(node, "pfc_tx_rate", STORM_TX_RATE),
     chart=("pfc_tx_rate", "PFC pauses sent per second"),
 )
