@@ -5,11 +5,15 @@ one per GPU). If the batch overruns its limit, the key being called is marked hu
 worker is abandoned to finish that call on its own (it makes no further calls), and the
 calls left run at once on a fresh worker; later ticks skip the hung key until its call
 returns. So one stuck GPU or file never holds up the tick or the others.
+
+Workers are daemon threads: a call stuck in the kernel (a read that never returns) cannot be
+interrupted, and must not keep the process from exiting on SIGTERM either.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import queue
 import threading
 from collections.abc import Callable, Hashable
 
@@ -26,9 +30,9 @@ class BoundedCalls:
         self._stuck: dict[Hashable, cf.Future] = {}  # key -> the abandoned batch still in its call
         self._suspects: set[Hashable] = set()  # keys that hung once: called last from then on
 
-    def _new_lane(self) -> cf.ThreadPoolExecutor:
+    def _new_lane(self) -> _Lane:
         self._lanes += 1
-        return cf.ThreadPoolExecutor(1, thread_name_prefix=f"{self._name}-{self._lanes}")
+        return _Lane(f"{self._name}-{self._lanes}")
 
     def run(self, calls: dict[Hashable, Callable[[], object]], timeout: float) -> dict[Hashable, object]:
         """{key: result, or the exception it raised, or Hung()} within about `timeout` seconds."""
@@ -52,7 +56,8 @@ class BoundedCalls:
             current: list[Hashable | None] = [None]
             abandoned = threading.Event()
 
-            def batch(pending=pending, current=current, abandoned=abandoned) -> None:
+            def batch(pending: list[tuple[Hashable, Callable[[], object]]] = pending,
+                      current: list[Hashable | None] = current, abandoned: threading.Event = abandoned) -> None:
                 for key, fn in pending:
                     if abandoned.is_set():
                         return
@@ -70,7 +75,7 @@ class BoundedCalls:
             except cf.TimeoutError:
                 abandoned.set()
                 hung = current[0]
-                self._lane.shutdown(wait=False)
+                self._lane.close()
                 self._lane = self._new_lane()
                 if hung is None:
                     break
@@ -82,4 +87,31 @@ class BoundedCalls:
         return results
 
     def close(self) -> None:
-        self._lane.shutdown(wait=False, cancel_futures=True)
+        self._lane.close()
+
+
+class _Lane:
+    """One daemon worker thread running submitted calls in order."""
+
+    def __init__(self, name: str):
+        self._jobs: queue.SimpleQueue[tuple[cf.Future, Callable[[], None]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], None]) -> cf.Future:
+        future: cf.Future = cf.Future()
+        self._jobs.put((future, fn))
+        return future
+
+    def close(self) -> None:
+        """The worker ends after its current call (at once when idle)."""
+        self._jobs.put(None)
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            future, fn = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
+                    future.set_exception(e)

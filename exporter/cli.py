@@ -14,6 +14,7 @@ import yaml
 from aiohttp import web
 
 from exporter.collector_flags import add_collector_flags, enabled_collectors, unknown_collector
+from exporter.connections import Connections, Limits, Listener, default_max_connections
 from exporter.inventory import DEFAULT_EXCLUDE, InventoryOptions
 from exporter.readers.gpus import GpuSource
 from exporter.readers.kubelet import DEFAULT_SOCKET
@@ -39,7 +40,13 @@ def parse_speed(text: str) -> float:
     m = _SPEED.match(text)
     if not m or not (m.group(2) or m.group(3)):
         raise argparse.ArgumentTypeError(f"link speed {text!r}: say the unit, e.g. 200Mbit or 100G")
-    return float(m.group(1)) * _SCALE[m.group(2).lower()] / 8
+    try:
+        value = float(m.group(1)) * _SCALE[m.group(2).lower()] / 8
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"link speed {text!r}: a number above 0 with its unit, e.g. 200Mbit")
+    return value
 
 
 def parse_link_speed(text: str) -> tuple[str, float]:
@@ -115,8 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fabric-devices", default=None, metavar="DEV[,DEV...]",
                    help="NICs of the training fabric, which decide network_state (default: those with an "
                         "RDMA device; on a node without any, every NIC with a PCI device)")
-    p.add_argument("--nic-include", default=None, metavar="REGEX", help="export only NICs matching this")
-    p.add_argument("--nic-exclude", default=DEFAULT_EXCLUDE, metavar="REGEX",
+    p.add_argument("--nic-include", type=regex, default=None, metavar="REGEX", help="export only NICs matching this")
+    p.add_argument("--nic-exclude", type=regex, default=DEFAULT_EXCLUDE, metavar="REGEX",
                    help="do not export NICs matching this (default: loopback and container plumbing)")
     p.add_argument("--gpu-fixture", default=None, metavar="NVML_JSON",
                    help="read GPUs from this nvml.json (contract section 6) while reading the real network: "
@@ -141,7 +148,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="TLS and basic auth, in the Prometheus exporter-toolkit format (node_exporter's); "
                         "SIGHUP reloads it")
     p.add_argument("--web.max-requests", dest="web_max_requests", type=positive_int, default=40,
-                   help="concurrent requests served; more get 503 (default 40)")
+                   help="requests checked and answered at once (bodies still being sent to slow clients not "
+                        "counted); more get 503 (default 40)")
+    p.add_argument("--web.max-connections", dest="web_max_connections", type=positive_int, default=None,
+                   help="open HTTP connections; more are closed as they are accepted (default 256, or half the "
+                        "file limit, LimitNOFILE, where that is lower)")
+    p.add_argument("--web.header-timeout", dest="web_header_timeout", type=seconds, default=10.0, metavar="SECONDS",
+                   help="a request (and a TLS handshake) must arrive whole within this many seconds (default 10)")
+    p.add_argument("--web.idle-timeout", dest="web_idle_timeout", type=seconds, default=60.0, metavar="SECONDS",
+                   help="close a connection with no request for this many seconds (default 60: keep-alive "
+                        "holds across 15 s and 30 s scrapes)")
+    p.add_argument("--web.write-timeout", dest="web_write_timeout", type=seconds, default=30.0, metavar="SECONDS",
+                   help="cut a response the client has not taken within this many seconds (default 30)")
     p.add_argument("--duration", type=seconds, default=1.0, help="seconds to sample for 'scrape' (default 1)")
     p.add_argument("--openmetrics", action="store_true", help="'scrape' prints OpenMetrics")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -154,8 +172,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
 def as_bool(value: object) -> bool:
-    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+    """A switch from a config file or an environment variable; anything else is a ValueError
+    (GPUNET_NO_GPU=maybe is a mistake to report, not a "no")."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in TRUE + FALSE:
+        raise ValueError(f"{value!r} is not a switch (true/false, 1/0, yes/no, on/off)")
+    return text in TRUE
+
+
+def regex(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {e}") from None
+    return text
 
 
 def env_name(flag: str) -> str:
@@ -196,22 +232,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"setting {problem} (in --config or GPUNET_* variables)")
         if action is None or key in ("config", "help", "version"):
             parser.error(f"unknown setting {key!r} (in --config or GPUNET_* variables)")
-        if isinstance(action, argparse._StoreTrueAction):
-            value = as_bool(value)
-        elif isinstance(action, argparse.BooleanOptionalAction):
-            value = not as_bool(value) if key.startswith("no-") else as_bool(value)  # no-collector.NAME
-        else:
-            try:
-                if isinstance(action, argparse._AppendAction):
-                    values = value if isinstance(value, list) else [value]
-                    value = [action.type(str(v)) if action.type else v for v in values]
-                elif action.type is not None:
-                    value = action.type(str(value))
-            except (argparse.ArgumentTypeError, ValueError) as e:
-                parser.error(f"setting {key}: {e}")
+        try:
+            if isinstance(action, argparse._StoreTrueAction):
+                value = as_bool(value)
+            elif isinstance(action, argparse.BooleanOptionalAction):
+                value = not as_bool(value) if key.startswith("no-") else as_bool(value)  # no-collector.NAME
+            elif isinstance(action, argparse._AppendAction):
+                values = value if isinstance(value, list) else [value]
+                value = [action.type(str(v)) if action.type else v for v in values]
+            elif action.type is not None:
+                value = action.type(str(value))
+            elif action.choices is not None and value not in action.choices:
+                raise ValueError(f"{value!r} is not one of {', '.join(map(str, action.choices))}")
+        except (argparse.ArgumentTypeError, ValueError) as e:
+            parser.error(f"setting {key} ({env_name(key)} or --config): {e}")
         defaults[action.dest] = value
     parser.set_defaults(**defaults)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.root):
+        parser.error(f"--root {args.root}: not a folder")
+    return args
 
 
 def make_sampler(args: argparse.Namespace, registry: Registry) -> Sampler:
@@ -239,47 +279,66 @@ def gpu_source(args: argparse.Namespace, root: Root) -> GpuSource | None:
 
 async def serve(args: argparse.Namespace) -> None:
     web_config = WebConfig.load(args.web_config_file) if args.web_config_file else None
-    ssl_context = web_config.ssl_context() if web_config else None
-    access = Access(web_config, args.web_max_requests)
+    limits = Limits(args.web_max_connections or default_max_connections(), args.web_header_timeout,
+                    args.web_idle_timeout, args.web_write_timeout)
+    access = Access(web_config, args.web_max_requests, limits)
     registry = Registry(args.root)
+    connections = Connections(limits, registry)
     sampler = make_sampler(args, registry)
-    await sampler.start()
     quiet_bad_requests(registry)
-    runner = web.AppRunner(make_app(registry, sampler, access), access_log=None)
+    runner = web.AppRunner(make_app(registry, sampler, access, connections), access_log=None,
+                           keepalive_timeout=limits.idle_timeout, shutdown_timeout=1.0)
     await runner.setup()
     host, port = args.listen
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
-    await site.start()
+    listener = Listener(host, port, runner, connections)
+    await listener.serve(web_config.context if web_config else None)  # listening before the first tick
+    await sampler.start()
+    log.info("gpunet-exporter %s serving %s://%s:%d/metrics (root %s)", __version__,
+             "https" if web_config and web_config.context else "http", host, port, args.root)
+    loop = asyncio.get_running_loop()
+    reloading: list[asyncio.Task] = []
 
-    def reload() -> None:
-        if not args.web_config_file:
-            return
+    async def reload() -> None:
         try:
             fresh = WebConfig.load(args.web_config_file)
-            if ssl_context is not None:
-                fresh.ssl_context(ssl_context)  # new connections get the new certificates
-            elif fresh.tls:
-                raise WebConfigError("TLS cannot be switched on by a reload: restart the exporter")
-            access.web_config = fresh
-            log.info("reloaded %s", args.web_config_file)
         except WebConfigError as e:
             log.error("reload refused, keeping the previous web config: %s", e)
-    log.info("gpunet-exporter %s serving http://%s:%d/metrics (root %s)", __version__, host, port, args.root)
+            return
+        if (fresh.context is None) != (access.web_config is None or access.web_config.context is None):
+            log.error("reload refused, keeping the previous web config: %s: TLS cannot be switched on or off by a "
+                      "reload; restart the exporter", args.web_config_file)
+            return
+        if fresh.context is not None:
+            await listener.serve(fresh.context)  # new connections get the freshly built context
+        access.web_config = fresh
+        # Connections made under the old file (a removed CA, certificate or user) end after
+        # their request in progress; scrapers reconnect under the new one.
+        connections.close_connections()
+        log.info("reloaded %s", args.web_config_file)
+
+    def on_sighup() -> None:
+        if args.web_config_file:
+            reloading[:] = [loop.create_task(reload())]
+
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, reload)
+    loop.add_signal_handler(signal.SIGHUP, on_sighup)
     await stop.wait()
     log.info("stopping")
+    # Within 5 s whatever is hung: connections get a second to finish, the sampler two; a
+    # read stuck in the kernel stays behind in a daemon thread, which does not hold the exit.
+    listener.close()
     await runner.cleanup()
-    await sampler.stop()
+    await sampler.stop(timeout=2.0)
+    access.close()
 
 
 async def scrape_once(args: argparse.Namespace) -> bytes:
     registry = Registry(args.root)
     sampler = make_sampler(args, registry)
     await sampler.start()
+    await asyncio.to_thread(sampler.wait_first_ticks, 2 * sampler.slow_timeout)
     await asyncio.sleep(args.duration)
     await sampler.stop()
     return registry.render(openmetrics=args.openmetrics)
@@ -297,7 +356,12 @@ def main(argv: list[str] | None = None) -> int:
 
         root = Root(args.root)
         source = gpu_source(args, root)
-        written = write_snapshot(root, args.out_dir, source.backend if source else None)
+        try:
+            written = write_snapshot(root, args.out_dir, source.backend if source else None)
+        except OSError as e:
+            print(f"gpunet-exporter snapshot: cannot write {e.filename or args.out_dir}: {e.strerror or e}",
+                  file=sys.stderr)
+            return 2
         print(f"wrote {written} files to {args.out_dir}", file=sys.stderr)
         return 0
     if args.command == "scrape":
@@ -306,8 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         asyncio.run(serve(args))
     except WebConfigError as e:
-        log.error("%s", e)
-        return 1
+        log.error("--web.config.file %s", e)
+        return 2
     except OSError as e:
         log.error("cannot serve on %s:%d: %s", *args.listen, e.strerror or e)
         return 1

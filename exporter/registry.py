@@ -24,6 +24,9 @@ from gpunet.contract import (
     COLLECTOR_UP,
     EXPORTER_BUILD_INFO,
     HTTP_BAD_REQUESTS,
+    HTTP_OPEN_CONNECTIONS,
+    HTTP_REFUSED,
+    HTTP_REFUSED_REASONS,
     TICK_INTERVAL,
     TICKS,
     TICKS_LATE,
@@ -55,6 +58,8 @@ class Registry:
         self._renderer = Renderer()
         self._process = ProcessCollector(registry=None)  # process_cpu_seconds_total, RSS, fds
         self._bad_requests = 0
+        self._refused = dict.fromkeys(HTTP_REFUSED_REASONS, 0)
+        self._open_connections = 0
 
     # --- written by the sampler ---------------------------------------------------------
     def publish(self, collector: str, samples: list[Sample], duration: float, errors: int) -> None:
@@ -81,6 +86,15 @@ class Registry:
         goes out with the next tick's body."""
         with self._lock:
             self._bad_requests += 1
+
+    def count_refused(self, reason: str) -> None:
+        """A connection or request the server turned away (exporter/connections.py, server.py);
+        like bad requests, it goes out with the next tick's body."""
+        with self._lock:
+            self._refused[reason] += 1
+
+    def set_open_connections(self, count: int) -> None:
+        self._open_connections = count
 
     def collector_status(self) -> dict[str, CollectorStatus]:
         with self._lock:
@@ -111,12 +125,15 @@ class Registry:
             status = {k: CollectorStatus(**vars(v)) for k, v in self._status.items()}
             ticks = {k: list(v) for k, v in self._ticks.items()}
             bad_requests = self._bad_requests
+            refused = dict(self._refused)
         by_metric: dict[str, tuple[MetricSpec, list[Sample]]] = {}
         for s in published:
             by_metric.setdefault(s.metric.name, (s.metric, []))[1].append(s)
 
         self_samples = [Sample(EXPORTER_BUILD_INFO, (__version__, self._root_label), 1.0),
-                        Sample(HTTP_BAD_REQUESTS, (), bad_requests)]
+                        Sample(HTTP_BAD_REQUESTS, (), bad_requests),
+                        Sample(HTTP_OPEN_CONNECTIONS, (), self._open_connections)]
+        self_samples += [Sample(HTTP_REFUSED, (reason,), count) for reason, count in refused.items()]
         for name, st in sorted(status.items()):
             self_samples += [Sample(COLLECTOR_UP, (name,), 1.0 if st.up else 0.0),
                              Sample(COLLECTOR_DURATION, (name,), st.duration),

@@ -10,9 +10,11 @@ each collector module registered itself. Discovery and link_load are the sampler
 steps, not registered collectors: every collector depends on the inventory, and
 link_load derives from the wire collector's samples rather than reading a source.
 
-Each tick has its own thread, so a slow source (a hung sysfs read) delays only its own
-tick, and ticks of one kind never overlap: a tick that overruns delays the next, which is
-counted (gpunet_exporter_ticks_late_total) rather than piled up.
+Every read of the host is bounded in time: each tick hands its collectors (and discovery)
+to exporter/bounded.py, so a source that blocks (a sysfs read stuck in a driver) costs its
+own collector's series and `up`, for as long as it hangs, and nothing else: the tick goes on
+with the other collectors. Ticks of one kind never overlap: a tick that overruns delays the
+next, which is counted (gpunet_exporter_ticks_late_total) rather than piled up.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 import exporter.collectors  # noqa: F401  (importing the package registers every collector)
-from exporter.bounded import BoundedCalls
+from exporter.bounded import BoundedCalls, Hung
 from exporter.collector_registry import CollectorSetup, Registration, default_names, registered
 from exporter.counters import MonotonicCounters
 from exporter.inventory import InventoryOptions, Nic, discover
@@ -71,50 +73,75 @@ class Sampler:
         self._logged: dict[str, str] = {}  # problem -> collector that first met it
         self._failing: set[str] = set()
         self._slow_calls = BoundedCalls("gpunet-slow-collectors")
+        self._fast_calls = BoundedCalls("gpunet-fast-collectors")
         self._stop = threading.Event()
+        self._first_slow_tick = threading.Event()
         self._threads: list[threading.Thread] = []
         self.last_fast_tick = time.monotonic()
+        self.first_fast_tick_done = threading.Event()
 
     def collector(self, name: str) -> Collector | None:
         """The running collector of that name (as run: wrapped when it refreshes), None when off."""
         return next((c for c in [*self.link_load_inputs, *self.fast, *self.slow] if c.name == name), None)
 
     # --- one tick ---------------------------------------------------------------------
+    # How long a tick waits for a collector before setting it aside as hung: a few of its
+    # intervals (sysfs and netlink answer in microseconds, NVML in milliseconds).
+    @property
+    def slow_timeout(self) -> float:
+        return max(2 * self.slow_interval, 1.0)
+
+    @property
+    def fast_timeout(self) -> float:
+        return max(2 * self.fast_interval, 0.2)
+
     def slow_tick(self, now: float | None = None) -> None:
         started = time.perf_counter()
         errors: list[SourceError] = []
-        try:
-            self.nics = discover(self.root, self.inventory_options, errors, self._static)
-        except Exception as e:  # noqa: BLE001 - keep the last inventory, say why
-            errors.append(e if isinstance(e, SourceError) else SourceError("inventory", repr(e)))
+        found = self._slow_calls.run({"inventory": lambda: discover(self.root, self.inventory_options, errors,
+                                                                   self._static)}, timeout=self.slow_timeout)
+        result = found["inventory"]
+        if isinstance(result, dict):
+            self.nics = result
+        elif isinstance(result, Hung):  # keep the last inventory, say why (in one wording: logged once)
+            errors.append(SourceError("inventory", f"hung: no answer within {self.slow_timeout:g}s; the last "
+                                                   "inventory is kept until it answers"))
+        else:
+            errors.append(result if isinstance(result, SourceError) else SourceError("inventory", repr(result)))
         self._report("inventory", [], time.perf_counter() - started, errors)
         ctx = TickContext(time.monotonic() if now is None else now, self.nics)
-        # A source that blocks (a sysfs read stuck in a driver) costs its own collector only:
-        # the calls are time-bounded and a hung collector is set aside until it returns.
-        results = self._slow_calls.run({c.name: (lambda c=c: self._collect(c, ctx)) for c in self.slow},
-                                       timeout=max(2 * self.slow_interval, 1.0))
-        for collector in self.slow:
-            result = results.get(collector.name)
-            if isinstance(result, tuple):
-                self._publish(collector, *result)
-            else:
-                self._publish(collector, [], [SourceError(collector.name, f"collector hung: {result}")], 0.0)
+        self._run_bounded(self._slow_calls, self.slow, ctx, self.slow_timeout)
+        self._first_slow_tick.set()
 
     def fast_tick(self, now: float | None = None) -> None:
         """One fast tick; `now` (monotonic seconds) lets tests run ticks on a clock of their own."""
         ctx = TickContext(time.monotonic() if now is None else now, self.nics)
         self.last_fast_tick = time.monotonic()
         if self.link_load_inputs:
-            wire = [s for collector in self.link_load_inputs for s in self._run(collector, ctx)]
+            wire = self._run_bounded(self._fast_calls, self.link_load_inputs, ctx, self.fast_timeout)
             started = time.perf_counter()
             derived = self.link_load.update(ctx.now, ctx.nics, wire)
             self.registry.publish("link_load", derived, time.perf_counter() - started, 0)
             ctx = replace(ctx, network_state=self.link_load.network_state)
-        for collector in self.fast:
-            self._run(collector, ctx)
+        self._run_bounded(self._fast_calls, self.fast, ctx, self.fast_timeout)
+        self.first_fast_tick_done.set()
 
-    def _run(self, collector: Collector, ctx: TickContext) -> list[Sample]:
-        return self._publish(collector, *self._collect(collector, ctx))
+    def _run_bounded(self, calls: BoundedCalls, collectors: list[Collector], ctx: TickContext,
+                     timeout: float) -> list[Sample]:
+        """Run the collectors, one after another on the tick's worker, each bounded in time;
+        publish each one's samples (none, with an error, for one that hung); return them all."""
+        results = calls.run({c.name: (lambda c=c: self._collect(c, ctx)) for c in collectors}, timeout=timeout)
+        published: list[Sample] = []
+        for collector in collectors:
+            result = results.get(collector.name)
+            if isinstance(result, tuple):
+                published += self._publish(collector, *result)
+            else:
+                # One wording while it stays hung, so that it is logged once (_report).
+                self._publish(collector, [], [SourceError(collector.name, f"hung: no answer within {timeout:g}s; "
+                                                                          "its series are left out until it answers")],
+                              0.0)
+        return published
 
     def _collect(self, collector: Collector, ctx: TickContext) -> tuple[list[Sample], list[SourceError], float]:
         started = time.perf_counter()
@@ -157,8 +184,10 @@ class Sampler:
     # Plain threads with their own clock: a tick costs no event-loop round trip, and the
     # HTTP server's loop never waits on a tick.
     async def start(self) -> None:
-        await asyncio.to_thread(self.slow_tick)  # the first inventory, before any scrape
-        await asyncio.to_thread(self.fast_tick)
+        """Start ticking and return at once: the server listens before the first tick (which
+        may wait on a hung source for a time limit). The fast loop waits for the first slow
+        tick (bounded by its time limits), so its first tick already sees the NICs, and a
+        scrape after it (/healthz answers 200 from then on) sees every collector."""
         self._stop.clear()
         self._threads = [threading.Thread(target=self._loop, args=("slow", self.slow_interval, self.slow_tick),
                                           name="gpunet-slow", daemon=True),
@@ -167,8 +196,14 @@ class Sampler:
         for thread in self._threads:
             thread.start()
 
+    def wait_first_ticks(self, timeout: float) -> bool:
+        """For `scrape` and tests: True once the first fast tick (after the first inventory) ran."""
+        return self.first_fast_tick_done.wait(timeout)
+
     def _loop(self, tick: str, interval: float, fn) -> None:
-        deadline = time.monotonic()
+        if tick == "fast":
+            self._first_slow_tick.wait(2 * self.slow_timeout)
+        deadline = time.monotonic() - interval  # the first tick at once
         while True:
             deadline += interval
             delay = deadline - time.monotonic()
@@ -183,11 +218,16 @@ class Sampler:
                 log.exception("%s tick failed", tick)
             self.registry.add_tick(tick, interval, late)
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float = 2.0) -> None:
+        """Stop ticking, waiting at most `timeout` in all: a tick stuck past its own limits is
+        left to the daemon threads, which do not hold the process."""
         self._stop.set()
+        self._first_slow_tick.set()
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            await asyncio.to_thread(thread.join, 5.0)
+            await asyncio.to_thread(thread.join, max(deadline - time.monotonic(), 0.0))
         self._slow_calls.close()
+        self._fast_calls.close()
         for collector in [*self.link_load_inputs, *self.fast, *self.slow, self.gpus]:
             close = getattr(collector, "close", None)
             if close is not None:

@@ -195,6 +195,12 @@ TICKS_LATE = _m("gpunet_exporter_ticks_late_total", "counter",
 TICK_INTERVAL = _m("gpunet_exporter_tick_interval_seconds", "gauge", "Configured tick interval.", ("tick",))
 HTTP_BAD_REQUESTS = _m("gpunet_exporter_http_bad_requests_total", "counter",
                        "Requests refused as malformed HTTP (answered 400, logged at debug only).")
+HTTP_REFUSED = _m("gpunet_exporter_http_refused_total", "counter",
+                  "Connections and requests turned away or cut, by reason: connection_limit (past "
+                  "--web.max-connections), header_timeout, write_timeout, request_limit (503, past --web.max-requests), "
+                  "auth_busy (503, too many password checks at once), rate_limit (429, the web config's rate_limit), "
+                  "client_cert (403, a certificate outside client_allowed_sans).", ("reason",))
+HTTP_OPEN_CONNECTIONS = _m("gpunet_exporter_http_open_connections", "gauge", "HTTP connections open.")
 
 # --- Enumerations the contract fixes -------------------------------------------------------
 DIRECTIONS = ("receive", "transmit")
@@ -203,6 +209,8 @@ RDMA_LOSS_KINDS = ("out_of_sequence", "sequence_error", "ack_timeout")
 NETWORK_STATES = ("paused", "saturated", "active", "quiet")  # first match wins, in this order
 ECN_POINTS = ("notification", "reaction")
 WORKLOAD_SOURCES = ("kubernetes", "slurm", "torchelastic", "process")
+HTTP_REFUSED_REASONS = ("connection_limit", "header_timeout", "write_timeout", "request_limit", "auth_busy",
+                        "rate_limit", "client_cert")
 
 
 def workload_names_a_job(source: str, namespace: str) -> bool:

@@ -118,12 +118,12 @@ def test_daemon_ticks_on_time_and_stops_on_sigterm(tmp_path):
             return {s.labels["tick"]: s.value for f in text_string_to_metric_families(body)
                     for s in f.samples if s.name == "gpunet_exporter_ticks_total"}
         first, t0 = ticks(), time.monotonic()
-        time.sleep(2.0)
+        time.sleep(3.0)
         second, t1 = ticks(), time.monotonic()
         fast_rate = (second["fast"] - first.get("fast", 0)) / (t1 - t0)
         slow_rate = (second["slow"] - first.get("slow", 0)) / (t1 - t0)
         assert 8 <= fast_rate <= 10.5, fast_rate  # 10 per second, less what the ticks themselves take
-        assert 1.6 <= slow_rate <= 2.1, slow_rate
+        assert 1.6 <= slow_rate <= 2.4, slow_rate  # 6 or 7 ticks in 3 s, by the phase
     finally:
         started = time.monotonic()
         code = proc.stop(timeout=5)

@@ -155,3 +155,196 @@ def test_label_values_are_bounded_and_escaped():
         ("gpunet_nic_info", ("device", "driver"), ("eth0", 'we"ird\n' + "x" * 500), 1.0)])], openmetrics=False)
     line = body.decode().splitlines()[-1]
     assert 'driver="we\\"ird\\n' in line and len(line) < MAX_LABEL_VALUE + 80
+
+
+# --- issue 15: reloads swap a fresh context; every key honoured or refused -------------------
+
+def issue_cert(d, ca: str, name: str, ext: str) -> None:
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", str(d / f"{name}.key"),
+            "-out", str(d / f"{name}.csr"))
+    (d / f"{name}.ext").write_text(ext + "\n")
+    openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / f"{ca}.crt"), "-CAkey", str(d / f"{ca}.key"),
+            "-CAcreateserial", "-days", "1", "-extfile", str(d / f"{name}.ext"), "-out", str(d / f"{name}.crt"))
+
+
+@pytest.fixture
+def second_ca(pki):
+    """Another CA (caB) with its own client certificate, and a client of the first CA whose
+    certificate names a SAN."""
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=gpunet test CA B",
+            "-keyout", str(pki / "caB.key"), "-out", str(pki / "caB.crt"))
+    issue_cert(pki, "caB", "clientB", "extendedKeyUsage=clientAuth")
+    issue_cert(pki, "ca", "scraper", "extendedKeyUsage=clientAuth\nsubjectAltName=DNS:prometheus.monitoring.svc")
+    return pki
+
+
+def tls_client(pki, cert: str | None = None, **settings) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    if cert:
+        ctx.load_cert_chain(str(pki / f"{cert}.crt"), str(pki / f"{cert}.key"))
+    for name, value in settings.items():
+        if name == "ciphers":
+            ctx.set_ciphers(value)
+        else:
+            setattr(ctx, name, value)
+    return ctx
+
+
+def status_with(url: str, ctx: ssl.SSLContext) -> int | str:
+    """The HTTP status, or 'refused' when the TLS handshake or the connection fails."""
+    try:
+        with urllib.request.urlopen(url, context=ctx, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (ssl.SSLError, urllib.error.URLError, ConnectionError):
+        return "refused"
+
+
+def write_yaml(path, doc: dict) -> None:
+    path.write_text(json.dumps(doc))
+
+
+def test_a_client_ca_removed_by_sighup_loses_access_at_once(tmp_path, second_ca, exporter):
+    import http.client
+
+    pki = second_ca
+    config = tmp_path / "web.yml"
+    tls = {"cert_file": str(pki / "server.crt"), "key_file": str(pki / "server.key"),
+           "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(pki / "ca.crt")}
+    write_yaml(config, {"tls_server_config": tls})
+    proc = exporter(config)
+    assert status_with(proc.url + "/healthz", tls_client(pki, "client")) == 200
+    assert status_with(proc.url + "/healthz", tls_client(pki, "clientB")) == "refused"
+    port = int(proc.url.rsplit(":", 1)[1])
+    kept = http.client.HTTPSConnection("127.0.0.1", port, context=tls_client(pki, "client"), timeout=5)
+    kept.request("GET", "/healthz")
+    assert kept.getresponse().read() == b"ok\n"  # a keep-alive connection made under caA
+
+    write_yaml(config, {"tls_server_config": {**tls, "client_ca_file": str(pki / "caB.crt")}})
+    proc.popen.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reloaded" in proc.log(), what="reload")
+    assert status_with(proc.url + "/healthz", tls_client(pki, "client")) == "refused"
+    assert status_with(proc.url + "/healthz", tls_client(pki, "clientB")) == 200
+    with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+        kept.request("GET", "/healthz")
+        kept.getresponse().read()
+    kept.close()
+
+
+def tls_doc(pki, **extra) -> dict:
+    return {"tls_server_config": {"cert_file": str(pki / "server.crt"), "key_file": str(pki / "server.key"), **extra}}
+
+
+@pytest.mark.parametrize("change, named", [
+    (lambda d: d["basic_auth_users"].update(prometheus="$2y$10$short"), "basic_auth_users.prometheus"),
+    (lambda d: d["basic_auth_users"].update(prometheus="plain-text"), "basic_auth_users.prometheus"),
+    (lambda d: d["tls_server_config"].update(client_auth_type="RequireAndVerifyClientCert"), "client_ca_file"),
+    (lambda d: d["tls_server_config"].update(client_auth_type="VerifyClientCertIfGiven"), "client_ca_file"),
+    (lambda d: d["tls_server_config"].update(client_auth_type="RequireAnyClientCert"), "RequireAnyClientCert"),
+    (lambda d: d["tls_server_config"].update(min_version="TLS99"), "min_version"),
+    (lambda d: d["tls_server_config"].update(min_version="TLS1.3"), "min_version"),
+    (lambda d: d["tls_server_config"].update(max_version="TLS11", min_version="TLS12"), "min_version"),
+    (lambda d: d["tls_server_config"].update(cipher_suites=["TLS_FAKE_WITH_NOTHING"]), "cipher_suites"),
+    (lambda d: d["tls_server_config"].update(curve_preferences=["X25519"]), "curve_preferences"),
+    (lambda d: d["tls_server_config"].update(client_allowed_sans=["x"]), "client_allowed_sans"),
+    (lambda d: d["tls_server_config"].update(cert_fil="x"), "cert_fil"),
+    (lambda d: d.update(tls_server_config=["a", "b"]), "tls_server_config"),
+    (lambda d: d.update(basic_auth_users="prometheus"), "basic_auth_users"),
+    (lambda d: d.update(http_server_config={"headers": {"X-Powered-By": "me"}}), "X-Powered-By"),
+    (lambda d: d.update(http_server_config={"headers": {"X-Frame-Options": "allow"}}), "X-Frame-Options"),
+    (lambda d: d.update(http_server_config={"http2": True}), "http2"),
+    (lambda d: d.update(rate_limit={"interval": "fast", "burst": 1}), "rate_limit.interval"),
+    (lambda d: d.update(rate_limit={"interval": "1s", "burst": 0}), "rate_limit.burst"),
+    (lambda d: d.update(tls_server_configs={}), "tls_server_configs"),
+])
+def test_a_setting_that_cannot_work_is_refused_by_name(tmp_path, pki, change, named):
+    from exporter.webconfig import WebConfig, WebConfigError
+
+    doc = {**tls_doc(pki), "basic_auth_users": {"prometheus": bcrypt_hash("x")}}
+    change(doc)
+    path = tmp_path / "web.yml"
+    write_yaml(path, doc)
+    with pytest.raises(WebConfigError, match=named.replace(".", r"\.")):
+        WebConfig.load(path)
+
+
+@pytest.mark.parametrize("content", ["tls_server_config: [1, 2]\n", "basic_auth_users: 7\n", "- a list\n",
+                                     "tls_server_config:\n  cert_file: {a: 1}\n  key_file: x\n"])
+def test_a_web_config_of_the_wrong_shape_is_one_line_and_exit_2(tmp_path, content):
+    config = tmp_path / "web.yml"
+    config.write_text(content)
+    run = subprocess.run(exporter_command("--root", str(FIXTURES / "roce-mlx5"), "--listen", f"127.0.0.1:{free_port()}",
+                                          f"--web.config.file={config}"), capture_output=True, text=True, timeout=30,
+                         cwd=REPO)
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr and str(config) in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_every_honoured_key_takes_effect(tmp_path, second_ca, exporter):
+    pki = second_ca
+    config = tmp_path / "web.yml"
+    write_yaml(config, tls_doc(pki, client_auth_type="RequireAndVerifyClientCert",
+                               client_ca=(pki / "ca.crt").read_text(),  # inline, as exporter-toolkit allows
+                               client_allowed_sans=["prometheus.monitoring.svc"], max_version="TLS12",
+                               cipher_suites=["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"])
+               | {"http_server_config": {"headers": {"X-Frame-Options": "deny", "X-Content-Type-Options": "nosniff"}},
+                  "rate_limit": {"interval": "10s", "burst": 4}})
+    proc = exporter(config)
+    url = proc.url + "/healthz"
+    assert status_with(url, tls_client(pki, "client")) == 403  # verified by the CA, but not an allowed SAN
+    with urllib.request.urlopen(url, context=tls_client(pki, "scraper"), timeout=5) as r:
+        assert r.status == 200
+        assert r.headers["X-Frame-Options"] == "deny" and r.headers["X-Content-Type-Options"] == "nosniff"
+        assert r.fp.raw._sock.cipher()[0] == "ECDHE-RSA-AES128-GCM-SHA256"  # noqa: SLF001
+    assert status_with(url, tls_client(pki, "scraper", ciphers="ECDHE-RSA-AES256-GCM-SHA384")) == "refused"
+    assert status_with(url, tls_client(pki, "scraper", minimum_version=ssl.TLSVersion.TLSv1_3)) == "refused"
+    # Two requests above were answered and two refused by TLS; the burst of 4 has 2 left.
+    answers = [status_with(url, tls_client(pki, "scraper")) for _ in range(4)]
+    assert answers[:2] == [200, 200] and set(answers[2:]) == {429}, answers
+
+
+def test_min_version_tls13_refuses_tls12_clients(tmp_path, pki, exporter):
+    config = tmp_path / "web.yml"
+    write_yaml(config, tls_doc(pki, min_version="TLS13"))
+    proc = exporter(config)
+    assert status_with(proc.url + "/healthz", tls_client(pki)) == 200
+    assert status_with(proc.url + "/healthz", tls_client(pki, maximum_version=ssl.TLSVersion.TLSv1_2)) == "refused"
+
+
+def test_password_guessing_does_not_starve_scrapes(tmp_path, pki, exporter):
+    """100 clients guessing passwords (bcrypt at cost 10, ~70 ms a check) while the real
+    scraper scrapes: its credentials are checked once, then remembered; guesses are checked
+    off the event loop, two at a time, and the rest are turned away at once (503)."""
+    import concurrent.futures as cf
+    import statistics
+
+    config = tmp_path / "web.yml"
+    hashed = bcrypt.hashpw(b"right-horse", bcrypt.gensalt(rounds=10)).decode()
+    write_yaml(config, tls_doc(pki) | {"basic_auth_users": {"prometheus": hashed}})
+    proc = exporter(config)
+    url = proc.url + "/metrics"
+    assert get(url, pki, "prometheus", "right-horse") == 200
+    stop = time.monotonic() + 4.0
+    guesses: list[int] = []
+
+    def guess(i: int) -> None:
+        n = 0
+        while time.monotonic() < stop:
+            guesses.append(get(url, pki, "prometheus", f"guess-{i}-{n}"))
+            n += 1
+
+    latencies = []
+    with cf.ThreadPoolExecutor(100) as pool:
+        futures = [pool.submit(guess, i) for i in range(100)]
+        time.sleep(0.5)
+        while time.monotonic() < stop - 0.3:
+            t0 = time.monotonic()
+            assert get(url, pki, "prometheus", "right-horse") == 200
+            latencies.append(time.monotonic() - t0)
+            time.sleep(0.1)
+        for f in futures:
+            f.result()
+    assert set(guesses) <= {401, 503} and 401 in guesses
+    assert statistics.median(latencies) < 0.25 and max(latencies) < 2.0, latencies

@@ -1,0 +1,72 @@
+"""A source that never answers (a FIFO in a fixture root: opening it blocks, as a driver
+stuck in a read does) costs its own collector and nothing else: the server listens, the
+other collectors and the GPU's fast-tick counters keep moving, and SIGTERM still ends the
+process within 5 s."""
+
+import os
+import shutil
+import time
+
+import pytest
+from conftest import FIXTURES
+from procs import REPO, Process, exporter_command, free_port, http_get, wait_for
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def values(url: str) -> dict[tuple[str, tuple], float]:
+    body = http_get(url + "/metrics")[2].decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(body) for s in f.samples}
+
+
+def up(v: dict, collector: str) -> float | None:
+    return v.get(("gpunet_exporter_collector_up", (("collector", collector),)))
+
+
+def busy(v: dict) -> float:
+    return sum(value for (name, _), value in v.items() if name == "gpunet_gpu_busy_seconds_total")
+
+
+def node_with_fifo(tmp_path, relative: str):
+    root = tmp_path / "node"
+    shutil.copytree(FIXTURES / "h100-8gpu", root)  # its links into roce-mlx5 copied as files
+    target = root / relative
+    assert target.exists(), relative
+    target.unlink()
+    os.mkfifo(target)  # no writer ever opens it: open() for reading blocks forever
+    return root
+
+
+@pytest.mark.parametrize("relative, hung", [
+    ("ethtool/ens1f0np0.txt", {"wire", "driver_stats"}),  # the driver's counters: every fast tick
+    ("sys/class/net/ens1f0np0/statistics/rx_bytes", {"netdev"}),  # a slow-tick source
+    ("sys/class/net/ens1f1np1/speed", {"inventory"}),  # read by discovery, before anything else
+])
+def test_a_hung_read_costs_its_collector_only(tmp_path, relative, hung):
+    root = node_with_fifo(tmp_path, relative)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = Process(exporter_command("--root", str(root), "--listen", f"127.0.0.1:{port}", "--fast-interval", "0.1",
+                                    "--slow-interval", "0.5"), tmp_path / "exporter.log", cwd=REPO,
+                   env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        started = time.monotonic()
+        wait_for(lambda: http_get(url + "/healthz")[0] == 200, timeout=10, what="healthy despite the hung read")
+        assert time.monotonic() - started < 8, "the first tick waited on the hung source"
+        first = wait_for(lambda: (v := values(url)) and all(up(v, c) == 0 for c in hung) and up(v, "gpu") == 1 and v,
+                         what=f"{hung} reported down")
+        time.sleep(1.0)
+        second = values(url)
+        assert busy(second) > busy(first), "the GPUs' fast-tick counters froze"
+        collectors = {dict(labels)["collector"]: value for (name, labels), value in second.items()
+                      if name == "gpunet_exporter_collector_up"}
+        assert {c for c, value in collectors.items() if value == 0} == hung, collectors
+        assert len(collectors) > 10
+        assert http_get(url + "/healthz")[0] == 200
+        warnings = [line for line in proc.log().splitlines() if "WARNING" in line and "hung:" in line]
+        assert len(warnings) == len(hung), warnings  # once per collector, not once per tick
+    finally:
+        t0 = time.monotonic()
+        code = proc.stop(timeout=10)
+        took = time.monotonic() - t0
+    assert took < 5 and code == 0, f"SIGTERM took {took:.1f}s (exit {code})\n{proc.log()}"
