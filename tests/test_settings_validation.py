@@ -23,11 +23,15 @@ def exporter(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     ("--fast-interval", "0"), ("--fast-interval", "-1"), ("--fast-interval", "nan"), ("--fast-interval", "inf"),
     ("--slow-interval", "0"), ("--config-interval", "-5"), ("--workload.interval", "0"), ("--duration", "nan"),
     ("--web.max-requests", "0"), ("--web.max-requests", "-1"), ("--listen", ":99999"), ("--listen", ":0"),
+    ("--nic-include", "("), ("--nic-exclude", "[z-a]"), ("--root", "/nonexistent"), ("--web.max-connections", "0"),
+    ("--web.header-timeout", "nan"), ("--web.idle-timeout", "0"), ("--web.write-timeout", "-3"),
+    ("--link-speed", "veth0=0G"), ("--link-speed", "veth0=1.2.3G"), ("--log-level", "loud"),
 ])
 def test_a_flag_that_cannot_work_is_refused(flag, value):
     result = exporter(f"{flag}={value}")
     assert result.returncode == 2, (result.stdout[-300:], result.stderr)
-    assert "Traceback" not in result.stderr and flag.lstrip("-").split(".")[0] in result.stderr
+    # argparse's usage, then one line that names the flag
+    assert "Traceback" not in result.stderr and flag in result.stderr.strip().splitlines()[-1], result.stderr
 
 
 def test_the_same_check_holds_for_environment_and_config_file(tmp_path):
@@ -37,6 +41,33 @@ def test_the_same_check_holds_for_environment_and_config_file(tmp_path):
     config.write_text("slow-interval: -1\n")
     result = exporter("--config", str(config))
     assert result.returncode == 2 and "slow-interval" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("variable, value", [("GPUNET_NO_GPU", "maybe"), ("GPUNET_COLLECTOR_TCP", "sometimes"),
+                                             ("GPUNET_LOG_LEVEL", "loud"), ("GPUNET_NIC_INCLUDE", "(")])
+def test_an_environment_variable_that_cannot_work_is_refused(variable, value):
+    result = exporter(env={variable: value})
+    assert result.returncode == 2 and variable in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_snapshot_into_a_folder_that_cannot_be_written_is_one_line(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = subprocess.run([sys.executable, "-m", "exporter.cli", "--root", ROOT, "--no-gpu", "snapshot",
+                             str(blocker / "out")], cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert str(blocker) in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--gpus=0", "--overlap=2", "--comm-ratio=nan", "--scrape=0s", "--tick=0",
+                                  "--missing-scrapes=1.5", "--start=nan", "--duration=0", "--step-time=-1s",
+                                  "--nodes=0", "--nic-speed=fast", "--compress-level=12"])
+def test_the_simulator_refuses_a_setting_that_cannot_work(tmp_path, flag):
+    result = subprocess.run([sys.executable, "-m", "gpunet.simulate.cli", str(tmp_path / "x.om.gz"), "--duration=10m",
+                             flag], cwd=REPO, capture_output=True, text=True, timeout=60)
+    name = flag.split("=")[0].lstrip("-").split("-")[0]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert name in result.stderr.strip().splitlines()[-1], result.stderr
 
 
 def test_good_values_still_work():

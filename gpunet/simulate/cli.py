@@ -31,6 +31,7 @@ from gpunet.simulate.params import (
     parse_fault,
     parse_speed,
 )
+from gpunet.window import LAST_SECOND
 
 FAULT_HELP = "; ".join(f"{c}: strength = {STRENGTH[c][2]}" for c in BOTTLENECK_CLASSES)
 VARIANTS = ("network_congestion: no_ecn; pfc_storm: -; packet_loss: fabric (non-localised; over --transport tcp "
@@ -92,21 +93,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def flag(name: str, parse, text: str):
+    """A flag's value parsed; its mistake named after the flag."""
+    try:
+        return parse(text)
+    except ValueError as e:
+        raise ValueError(f"--{name} {text}: {e}") from None
+
+
 def spec_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> SimSpec:
-    duration = parse_duration(args.duration)
-    cluster = ClusterParams(nodes=args.nodes, gpus=args.gpus, nics=args.nics, nic_speed=parse_speed(args.nic_speed),
-                            mgmt_speed=parse_speed(args.mgmt_speed), hostname_style=args.hostname_style,
-                            port=args.port, job=args.job, gpu_model=args.gpu_model)
-    job = JobParams(step_compute=parse_duration(args.step_time), input_gap=parse_duration(args.input_gap),
+    duration = flag("duration", parse_duration, args.duration)
+    if not 60 <= duration <= 30 * 86400:
+        raise ValueError(f"--duration {args.duration}: 1m to 30d")
+    if not 0 <= args.start < LAST_SECOND:  # also false for NaN
+        raise ValueError(f"--start {args.start}: Unix seconds from 0 to {LAST_SECOND:.0f}")
+    if not 0 <= args.compress_level <= 9:
+        raise ValueError(f"--compress-level {args.compress_level}: 0 to 9")
+    cluster = ClusterParams(nodes=args.nodes, gpus=args.gpus, nics=args.nics,
+                            nic_speed=flag("nic-speed", parse_speed, args.nic_speed),
+                            mgmt_speed=flag("mgmt-speed", parse_speed, args.mgmt_speed),
+                            hostname_style=args.hostname_style, port=args.port, job=args.job, gpu_model=args.gpu_model)
+    job = JobParams(step_compute=flag("step-time", parse_duration, args.step_time),
+                    input_gap=flag("input-gap", parse_duration, args.input_gap),
                     overlap=args.overlap, comm_ratio=args.comm_ratio, gradient_bytes=args.gradient_bytes,
                     transport=args.transport, wait_traffic=args.wait_traffic)
-    scrape = ScrapeParams(interval=parse_duration(args.scrape), jitter=parse_duration(args.scrape_jitter),
-                          missing=args.missing_scrapes, tick=parse_duration(args.tick))
+    scrape = ScrapeParams(interval=flag("scrape", parse_duration, args.scrape),
+                          jitter=flag("scrape-jitter", parse_duration, args.scrape_jitter),
+                          missing=args.missing_scrapes, tick=flag("tick", parse_duration, args.tick))
     command = "gpunet-simulate " + " ".join(shlex.quote(a) for a in argv) if argv is not None else ""
     return SimSpec(cluster=cluster, job=job, fabric=FabricParams(ecn=not args.no_ecn), scrape=scrape,
-                   faults=[parse_fault(x, duration) for x in args.fault],
-                   confounders=[parse_confounder(x) for x in args.confounder],
-                   config_faults=[parse_config_fault(x) for x in args.config_fault],
+                   faults=[flag("fault", lambda x: parse_fault(x, duration), x) for x in args.fault],
+                   confounders=[flag("confounder", parse_confounder, x) for x in args.confounder],
+                   config_faults=[flag("config-fault", parse_config_fault, x) for x in args.config_fault],
                    duration=duration, start_time=args.start, seed=args.seed, command=command)
 
 

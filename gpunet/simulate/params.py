@@ -41,8 +41,12 @@ class ClusterParams:
             raise ValueError("nodes must be 1..4096")
         if not 1 <= self.nics <= 8:
             raise ValueError("nics must be 1..8 (RDMA NICs per node)")
-        if not 0 <= self.gpus <= 16:
-            raise ValueError("gpus must be 0..16")
+        if not 1 <= self.gpus <= 16:
+            raise ValueError("gpus must be 1..16 (GPUs per node)")
+        if not 1 <= self.port <= 65535:
+            raise ValueError("port must be 1..65535")
+        if not (self.nic_speed > 0 and self.mgmt_speed > 0):
+            raise ValueError("link speeds must be above 0")
         if self.hostname_style not in HOSTNAME_STYLES:
             raise ValueError(f"hostname style must be one of {HOSTNAME_STYLES}")
 
@@ -69,6 +73,17 @@ class JobParams:
             raise ValueError(f"transport must be one of {TRANSPORTS}")
         if self.wait_traffic not in WAIT_TRAFFIC:
             raise ValueError(f"wait traffic must be one of {WAIT_TRAFFIC}")
+        # `not a <= x <= b` is also true for NaN.
+        if not 0.01 <= self.step_compute <= 600:
+            raise ValueError("step time must be 10ms..10m")
+        if not 0 <= self.input_gap <= 600:
+            raise ValueError("input gap must be 0..10m")
+        if not 0 <= self.overlap <= 1:
+            raise ValueError("overlap must be 0..1 (a share of the all-reduce)")
+        if not 0 < self.comm_ratio <= 100:
+            raise ValueError("comm ratio must be above 0 and at most 100")
+        if self.gradient_bytes is not None and not 0 < self.gradient_bytes < 1e15:
+            raise ValueError("gradient bytes must be above 0 (and below a petabyte)")
 
 
 @dataclass
@@ -96,6 +111,16 @@ class ScrapeParams:
     jitter: float = 0.01  # s, stdev of a scrape's start around its slot
     missing: float = 0.002  # probability that one scrape of one target fails
     tick: float = 0.2  # the exporter's fast tick
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.interval <= 600:
+            raise ValueError("scrape interval must be 1s..10m")
+        if not 0.01 <= self.tick <= self.interval / 2:
+            raise ValueError("tick must be 10ms..half the scrape interval")
+        if not 0 <= self.jitter <= self.interval / 4:
+            raise ValueError("scrape jitter must be 0..a quarter of the scrape interval")
+        if not 0 <= self.missing < 1:
+            raise ValueError("missing scrapes must be a probability from 0 to below 1")
 
 
 @dataclass
