@@ -1,9 +1,10 @@
 """Hostile input to `diagnose --replay`: damaged traces built from a committed one.
 
 Recoverable damage (duplicates, samples out of order, NaN/Inf/negative counters, series
-outside the contract, a family split in two) -> exit 0, a warning naming the place, the
-same diagnosis as the clean trace. Fatal damage (truncated gzip, a line of megabytes, a
-sample without timestamp, malformed labels) -> exit 1, one line naming file and line.
+outside the contract, a family split in two, a sample without timestamp, malformed labels,
+a value that is no number, a last line cut short) -> exit 0, a warning naming the place,
+the same diagnosis as the clean trace. Fatal damage (truncated gzip, a line of megabytes)
+-> exit 1, one line naming file and line.
 Never a traceback; memory bounded."""
 
 import gzip
@@ -238,23 +239,41 @@ def test_line_of_megabytes_is_refused(tmp_path, base_lines, where, size):
     assert "line of over" in last
 
 
-def test_sample_without_timestamp_names_file_and_line(tmp_path, base_lines):
+# ---- one damaged line: warned about, the rest read ----
+
+def test_sample_without_timestamp_is_skipped_with_a_warning(tmp_path, base_lines, clean_findings):
     lines = list(base_lines)
     at = series_lines(lines, TX)[7]
     lines[at] = lines[at].rsplit(" ", 1)[0]
     trace = write(tmp_path / "nots.om.gz", lines)
-    fatal(diagnose("--replay", str(trace)), f"{trace}:{at + 1}:")
+    recovered(diagnose("--replay", str(trace), "--format", "json"), clean_findings, f"{trace}:{at + 1}:")
+
+
+def test_a_value_that_is_no_number_is_dropped_with_a_warning(tmp_path, base_lines, clean_findings):
+    lines = list(base_lines)
+    at = series_lines(lines, TX)[9]
+    key, _, ts = lines[at].rsplit(" ", 2)
+    lines[at] = f"{key} 12x4 {ts}"
+    trace = write(tmp_path / "nan.om.gz", lines)
+    recovered(diagnose("--replay", str(trace), "--format", "json"), clean_findings, "12x4")
+
+
+def test_a_last_line_cut_short_is_skipped_with_a_warning(tmp_path, base_lines, clean_findings):
+    lines = [line for line in base_lines if line and line != "# EOF"]
+    trace = tmp_path / "cut.om"
+    trace.write_text("\n".join(lines) + "\n" + lines[-1][: len(lines[-1]) // 2])
+    recovered(diagnose("--replay", str(trace), "--format", "json"), clean_findings, "middle of a line")
 
 
 @pytest.mark.parametrize("sample", ['{device="ens1f0np0",instance=node-001:9845"} 1 1767225617',
                                     '{device="ens1f0np0" 1 1767225617',
                                     '{device="a b",instance="node-001:9845"} 1'])  # no timestamp: splits wrong
-def test_malformed_labels_name_file_and_line(tmp_path, base_lines, sample):
+def test_malformed_labels_skip_their_series_with_a_warning(tmp_path, base_lines, clean_findings, sample):
     lines = list(base_lines)
     at = series_lines(lines, TX)[-1] + 1  # a new series right after node-001's first
     lines.insert(at, TX + sample)
     trace = write(tmp_path / "labels.om.gz", lines)
-    fatal(diagnose("--replay", str(trace)), f"{trace}:{at + 1}:")
+    recovered(diagnose("--replay", str(trace), "--format", "json"), clean_findings, f"{trace}:{at + 1}:")
 
 
 @pytest.mark.parametrize("line", [b"# TYPE", b"# TYPE \xff\xfe counter"])

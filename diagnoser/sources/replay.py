@@ -78,11 +78,12 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
                warn: Callable[[str], None] | None = None,
                sparse: Callable[[str], bool] | None = None) -> Iterator[RawSeries]:
     """Yield the series of the wanted sample names. Raises TraceError on what cannot be
-    read (a line too long, a sample without timestamp, malformed labels, a broken
-    compressed stream); recoverable damage is repaired with a warning naming file, line
-    and series, never fatal: duplicate or out-of-order samples, NaN/Inf values or
-    timestamps, negative counters, samples outside their family's block. Series outside
-    the gpunet contract are skipped and counted.
+    read at all (a line too long, a broken compressed stream); damage to single lines and
+    series is repaired with a warning naming file, line and series, never fatal: a sample
+    line of the wrong shape (no timestamp) or a value that is no number (the sample
+    dropped), malformed labels (the series skipped), duplicate or out-of-order samples,
+    NaN/Inf values or timestamps, negative counters, samples outside their family's block,
+    a last line cut short. Series outside the gpunet contract are skipped and counted.
 
     `sparse` families (constant configuration gauges, sampled at every scrape) keep only the
     samples where a series' value changes, and its last one: a line repeating the previous
@@ -117,11 +118,16 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
     def keep_pending() -> None:
         nonlocal pending
         parts = pending.rsplit(b" ", 2)
-        if len(parts) != 3 or parts[0] != key:
-            raise TraceError(f"{path}:{pending_line}: expected 'series value timestamp': {pending[:120]!r}")
-        values.append(parts[1])
-        stamps.append(parts[2])
+        if len(parts) == 3 and parts[0] == key:
+            values.append(parts[1])
+            stamps.append(parts[2])
+        else:
+            malformed_line(pending_line, pending)
         pending = None
+
+    def malformed_line(line: int, text: bytes) -> None:
+        notes("malformed sample lines", f"{path}:{line}: expected 'series value timestamp' (every sample of a trace "
+              f"has a timestamp): {text[:120]!r}: line skipped")
 
     def flush() -> RawSeries | None:
         if key is None or not values:
@@ -135,14 +141,17 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
         try:
             name, labels = parse_series(key.decode("utf-8", "replace"))
         except ValueError as e:
-            raise TraceError(f"{where}: {e}: {key[:120]!r}") from None
+            notes("malformed series", f"{where}: {e}: {key[:120]!r}: its {len(values)} samples skipped")
+            return None
         try:
             v = np.array(values).astype(np.float64)
             t = np.array(stamps).astype(np.float64)
-        except ValueError:
+        except ValueError:  # some are no numbers: those become NaN, dropped below with the rest
             bad = next(i for i, (a, b) in enumerate(zip(values, stamps)) if not _is_number(a) or not _is_number(b))
-            raise TraceError(f"{path}:{key_line + bad}: not a number: "
-                             f"{values[bad][:40]!r} {stamps[bad][:40]!r}") from None
+            notes("samples that are no numbers", f"{path}:{key_line + bad}: not a number: "
+                  f"{values[bad][:40]!r} {stamps[bad][:40]!r}: dropped")
+            v = np.array([float(a) if _is_number(a) else np.nan for a in values])
+            t = np.array([float(b) if _is_number(b) else np.nan for b in stamps])
         series = key[:100].decode("utf-8", "replace")
         bad = ~(np.isfinite(t) & np.isfinite(v))
         if name.endswith("_total") or name in NON_NEGATIVE:
@@ -222,8 +231,8 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
                         keep_pending()
                     parts = line.rsplit(b" ", 2)
                     if len(parts) != 3:
-                        raise TraceError(f"{path}:{lineno}: expected 'series value timestamp' "
-                                         f"(every sample of a trace has a timestamp): {line[:120]!r}")
+                        malformed_line(lineno, line)
+                        continue
                     if parts[0] != key:
                         series = flush()
                         if series is not None:
@@ -235,7 +244,8 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
             if tail.strip() == b"# EOF":
                 seen_eof = True  # the last line without its newline
             elif tail.strip():
-                raise TraceError(f"{path}:{lineno + 1}: the file ends in the middle of a line (truncated?)")
+                notes("cut lines", f"{path}:{lineno + 1}: the file ends in the middle of a line (truncated?): "
+                      f"that line skipped")
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise TraceError(f"{path}:{lineno + 1}: compressed stream broken after line {lineno} ({e}): truncated "
                          f"or corrupt file") from None
