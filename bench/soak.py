@@ -1,10 +1,19 @@
 """Soak: 50 concurrent scrapers for 60 s against the exporter on a fixture node with 8 NICs
-and 8 GPUs (loopback only).
+and 8 GPUs (loopback only), alone or beside a hostile mix.
 
     python bench/soak.py [--scrapers 50] [--seconds 60]
+    python bench/soak.py --hostile      # the same, beside the hostile mix below
 
-Prints requests, errors, latency percentiles, RSS every 10 s (it must stay flat after
-warm-up) and the sampler's late ticks (they must not grow: scrapes never hold up ticks).
+--hostile serves with basic auth (bcrypt cost 10; the honest scrapers have the password)
+and adds, each looping for the whole run: clients that send a request and never read
+(--slow-readers 40), connections that never send (--idle 40), requests whose header never
+ends (--half-sent 40), password guessers (--guessers 20) and senders of malformed requests
+(--malformed 10).
+
+Prints the honest scrapes' count, errors and latency percentiles, what the hostile clients
+got, RSS every 10 s (it must stay flat after warm-up and under the systemd unit's
+MemoryMax=128M), the sampler's late ticks (none: scrapes never hold up ticks), and the
+exporter's own count of what it turned away.
 """
 
 from __future__ import annotations
@@ -12,10 +21,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import aiohttp
@@ -39,16 +51,95 @@ async def self_metrics(session: aiohttp.ClientSession, url: str) -> dict:
             for s in f.samples if s.name.startswith("gpunet_exporter_ticks")}
 
 
-async def soak(url: str, pid: int, scrapers: int, seconds: float) -> None:
+PASSWORD = "right-horse"
+
+
+async def hostile(port: int, kind: str, stop: float, outcomes: dict[str, int]) -> None:
+    """One hostile client, looping until `stop`: whenever the server closes on it, again."""
+    host = "127.0.0.1"
+    request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+    payload = {"slow": request + b"\r\n", "idle": b"", "half": request,
+               "malformed": b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"}[kind]
+    loop = asyncio.get_running_loop()
+    while time.monotonic() < stop:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a reader that takes almost nothing
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, (host, port))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            writer.write(payload)
+        except OSError:
+            outcomes[f"{kind} refused"] = outcomes.get(f"{kind} refused", 0) + 1
+            sock.close()
+            await asyncio.sleep(0.05)
+            continue
+        try:
+            if kind == "malformed":
+                await reader.read(1024)
+                outcomes["malformed answered"] = outcomes.get("malformed answered", 0) + 1
+            elif kind == "slow":  # never reads: waits until the server cuts it
+                while time.monotonic() < stop and not writer.transport.is_closing():
+                    await asyncio.sleep(0.5)
+            else:  # reads nothing but the server's close
+                await asyncio.wait_for(reader.read(1), timeout=max(stop - time.monotonic(), 0.01))
+            if time.monotonic() < stop and kind != "malformed":
+                outcomes[f"{kind} cut"] = outcomes.get(f"{kind} cut", 0) + 1
+        except (TimeoutError, OSError):
+            pass  # the run ended, or the server reset it
+        writer.close()
+
+
+async def guesser(session: aiohttp.ClientSession, url: str, stop: float, outcomes: dict[str, int], n: int) -> None:
+    i = 0
+    while time.monotonic() < stop:
+        i += 1
+        try:
+            guess = {"Authorization": aiohttp.encode_basic_auth("prometheus", f"guess-{n}-{i}")}
+            async with session.get(url, headers=guess) as resp:
+                await resp.read()
+                outcomes[f"guess HTTP {resp.status}"] = outcomes.get(f"guess HTTP {resp.status}", 0) + 1
+        except aiohttp.ClientError:
+            outcomes["guess refused"] = outcomes.get("guess refused", 0) + 1
+
+
+def run_hostiles(url: str, mix: dict[str, int], seconds: float) -> dict[str, int]:
+    async def all_of_them() -> dict[str, int]:
+        outcomes: dict[str, int] = {}
+        stop = time.monotonic() + seconds
+        port = int(url.split(":")[2].split("/")[0])
+        async with aiohttp.ClientSession() as guessing:
+            await asyncio.gather(*(hostile(port, kind, stop, outcomes) for kind in ("slow", "idle", "half", "malformed")
+                                   for _ in range(mix.get(kind, 0))),
+                                 *(guesser(guessing, url, stop, outcomes, n) for n in range(mix.get("guessers", 0))))
+        return outcomes
+
+    return asyncio.run(all_of_them())
+
+
+async def soak(url: str, pid: int, scrapers: int, seconds: float, interval: float = 0.0,
+               mix: dict[str, int] | None = None) -> None:
     latencies: list[float] = []
     errors: dict[str, int] = {}
     rss: list[tuple[float, float]] = []
     stop = time.monotonic() + seconds
-    async with aiohttp.ClientSession(headers={"Accept": ACCEPT, "Accept-Encoding": "gzip"}) as session:
+    headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip"}
+    if mix:
+        headers["Authorization"] = aiohttp.encode_basic_auth("prometheus", PASSWORD)
+    async with aiohttp.ClientSession(headers=headers) as session:
         before = await self_metrics(session, url)
+        # The hostile clients run in a process of their own, so that their work does not
+        # delay the honest scrapers' own event loop (and read as server latency).
+        pool = ProcessPoolExecutor(1)
+        hostiles = [asyncio.get_running_loop().run_in_executor(pool, run_hostiles, url, mix, seconds)] if mix else []
 
         async def scraper() -> None:
-            while time.monotonic() < stop:
+            # Back to back (interval 0), or once per interval from a random phase, as Prometheus
+            # spreads its targets.
+            next_at = time.monotonic() + random.uniform(0, interval)
+            while next_at < stop:
+                await asyncio.sleep(max(next_at - time.monotonic(), 0))
+                next_at = max(next_at + interval, time.monotonic()) if interval else time.monotonic()
                 started = time.perf_counter()
                 try:
                     async with session.get(url) as resp:
@@ -67,14 +158,29 @@ async def soak(url: str, pid: int, scrapers: int, seconds: float) -> None:
                 rss.append((time.monotonic() - t0, rss_mb(pid)))
                 await asyncio.sleep(10)
 
-        await asyncio.gather(watch(), *(scraper() for _ in range(scrapers)))
+        results = await asyncio.gather(watch(), *(scraper() for _ in range(scrapers)), *hostiles)
+        outcomes = results[-1] if mix else {}
+        pool.shutdown()
         after = await self_metrics(session, url)
+        async with session.get(url) as resp:
+            text = await resp.text()
+        refused = {s.labels["reason"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
+                   if s.name == "gpunet_exporter_http_refused_total" and s.value}
+        bad = sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                  if s.name == "gpunet_exporter_http_bad_requests_total")
     latencies.sort()
     q = lambda p: 1000 * latencies[min(int(p * len(latencies)), len(latencies) - 1)]  # noqa: E731
-    print(f"{scrapers} scrapers x {seconds:.0f} s: {len(latencies)} scrapes ({len(latencies) / seconds:.0f}/s), "
+    pace = f"each every {interval:g} s" if interval else "back to back"
+    print(f"{scrapers} scrapers ({pace}) x {seconds:.0f} s: {len(latencies)} scrapes ({len(latencies) / seconds:.0f}/s), "
           f"errors {errors or 0}")
     print(f"latency ms: p50 {q(0.5):.2f}  p90 {q(0.9):.2f}  p99 {q(0.99):.2f}  max {1000 * latencies[-1]:.2f}")
-    print("RSS MB over time: " + ", ".join(f"{t:.0f}s {m:.1f}" for t, m in rss))
+    print("RSS MB over time: " + ", ".join(f"{t:.0f}s {m:.1f}" for t, m in rss) +
+          f"; max {max(m for _, m in rss):.1f} (the unit's MemoryMax: 128)")
+    if mix:
+        print("hostile mix: " + ", ".join(f"{k} {v}" for k, v in mix.items()))
+        print("hostile clients got: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+        print("the exporter turned away: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(refused.items())) +
+              f", bad requests {bad:.0f}")
     for tick in ("fast", "slow"):
         ran = after.get(("gpunet_exporter_ticks_total", tick), 0) - before.get(("gpunet_exporter_ticks_total", tick), 0)
         late = after.get(("gpunet_exporter_ticks_late_total", tick), 0) - \
@@ -86,17 +192,36 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scrapers", type=int, default=50)
     p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--interval", type=float, default=None,
+                   help="seconds between one scraper's scrapes (default: back to back; 1 with --hostile)")
+    p.add_argument("--hostile", action="store_true", help="add the hostile mix, with basic auth on")
+    p.add_argument("--slow-readers", type=int, default=40)
+    p.add_argument("--idle", type=int, default=40)
+    p.add_argument("--half-sent", type=int, default=40)
+    p.add_argument("--guessers", type=int, default=20)
+    p.add_argument("--malformed", type=int, default=10)
     args = p.parse_args()
+    mix = {"slow": args.slow_readers, "idle": args.idle, "half": args.half_sent, "guessers": args.guessers,
+           "malformed": args.malformed} if args.hostile else None
     with tempfile.TemporaryDirectory() as tmp:
         node = Path(tmp) / "node"
         subprocess.run([sys.executable, str(REPO / "bench" / "make_fixture.py"), str(node)], check=True,
                        stdout=subprocess.DEVNULL)
         port = 19000 + os.getpid() % 1000
+        flags = []
+        if mix:
+            import bcrypt
+
+            web = Path(tmp) / "web.yml"
+            hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=10)).decode()
+            web.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+            flags = [f"--web.config.file={web}"]
         proc = subprocess.Popen([sys.executable, "-m", "exporter.cli", "--root", str(node), "--listen",
-                                 f"127.0.0.1:{port}"], cwd=REPO, stderr=subprocess.DEVNULL)
+                                 f"127.0.0.1:{port}", *flags], cwd=REPO, stderr=subprocess.DEVNULL)
         try:
             time.sleep(3)  # start and warm up
-            asyncio.run(soak(f"http://127.0.0.1:{port}/metrics", proc.pid, args.scrapers, args.seconds))
+            interval = args.interval if args.interval is not None else 1.0 if mix else 0.0
+            asyncio.run(soak(f"http://127.0.0.1:{port}/metrics", proc.pid, args.scrapers, args.seconds, interval, mix))
         finally:
             proc.terminate()
             proc.wait(10)

@@ -31,6 +31,9 @@ from gpunet.contract import DEFAULT_PORT
 
 log = logging.getLogger("gpunet.exporter")
 
+# Where a loaded NVIDIA driver shows itself: the control device NVML opens, and its proc entry.
+NVIDIA_DRIVER_PATHS = ("/dev/nvidiactl", "/proc/driver/nvidia/version")
+
 _SPEED = re.compile(r"^\s*([0-9.]+)\s*([kmgt]?)(bit|b|bps)?(/s)?\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
@@ -271,6 +274,11 @@ def gpu_source(args: argparse.Namespace, root: Root) -> GpuSource | None:
     if args.gpu_fixture:
         return GpuSource(FixtureGpus(args.gpu_fixture))
     if root.is_live:
+        if not any(os.path.exists(p) for p in NVIDIA_DRIVER_PATHS):
+            # A host without the NVIDIA driver has no GPU to read: its GPU collectors are off,
+            # as with --no-gpu, rather than failing forever (and alerting as a broken collector).
+            log.info("no NVIDIA driver on this host (%s absent): GPU collectors off", " and ".join(NVIDIA_DRIVER_PATHS))
+            return None
         return GpuSource(NvmlGpus(root))
     if root.exists("nvml.json"):
         return GpuSource(FixtureGpus(root.path("nvml.json")))

@@ -1,0 +1,287 @@
+"""Generate the Prometheus alerting and recording rules (alerts/gpunet.rules.yml) from one
+source, with the settings a monitoring mixin takes:
+
+    python alerts/build.py                       # rewrite alerts/gpunet.rules.yml (the default build)
+    python alerts/build.py --check               # exit 1 if the committed file differs
+    python alerts/build.py --selector 'job="gpunet-exporter"' --cluster-label region \\
+        --rate-interval 2m --runbook-url-base https://wiki.example.com/gpunet/runbook --out my.rules.yml
+
+Conventions (the monitoring-mixins style guide, as node-mixin and kube-prometheus follow it):
+- severities `critical` (page someone now), `warning` (a ticket, during working hours) and
+  `info` (context for other alerts, routed nowhere by default);
+- `summary` is static, so grouped notifications share one headline; the instance, device
+  and value go in `description`;
+- `runbook_url` is absolute: the base (`--runbook-url-base`) + `#` + the alert's name in
+  lower case, a section of docs/runbook.md;
+- every selector carries `--selector`; aggregations keep the `--cluster-label` (and any
+  other target label) by aggregating `without` the labels they remove, and `on (...)`
+  joins name it;
+- recording rules are named level:metric:operations, the level being the labels they keep
+  (instance_device:..., job:...).
+
+Every alert's threshold and what to do are in docs/runbook.md; alerts/tests/*.yml are the
+promtool unit tests (run against the default build); deploy/alertmanager/ routes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "gpunet.rules.yml"
+
+# XIDs (NVIDIA's catalogue) that mean the GPU, its memory, NVLink or the driver failed: the
+# node's job is dead or will be. Others are mostly the application's own doing (13 graphics
+# engine exception, 31 memory page fault, 43 GPU stopped processing, 45 preemptive cleanup):
+# worth knowing (info), not waking anyone.
+XID_HARDWARE = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140)
+
+
+@dataclass(frozen=True)
+class Settings:
+    selector: str = 'job=~"gpunet.*"'
+    cluster_label: str = "cluster"
+    rate_interval: str = "5m"
+    runbook_url_base: str = "https://github.com/gpunet/gpunet/blob/main/docs/runbook.md"
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str
+    severity: str  # critical | warning | info
+    summary: str  # static: no templates
+    description: str
+    for_: str | None = None
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class Record:
+    name: str
+    expr: str
+    comment: str = ""
+
+
+def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
+    def m(metric: str, matchers: str = "") -> str:
+        """A metric with the selector (and more matchers)."""
+        inner = ", ".join(x for x in (s.selector, matchers) if x)
+        return f"{metric}{{{inner}}}"
+
+    c = s.cluster_label
+    nic = f"{c}, job, instance, device"  # what names one NIC everywhere
+    r = s.rate_interval
+
+    fabric = "instance_device:gpunet_nic_fabric:bool"
+    tx_pauses = "instance_device:gpunet_nic_pfc_transmit_pause_frames:rate2m"
+    rx_pauses = f"instance_device:gpunet_nic_pfc_receive_pause_frames:rate{r}"
+    loss = f"instance_device:gpunet_nic_rdma_loss_events:rate{r}"
+    retransmits = f"instance:gpunet_tcp_retransmitted_segments:ratio_rate{r}"
+    median_speed = "job:gpunet_nic_fabric_link_speed_bytes_per_second:median"
+    idle_network = "instance:gpunet_gpu_idle_network_bound:ratio_avg_rate10m"
+    throttled = f"instance_gpu:gpunet_gpu_throttled:ratio_max_rate{r}"
+    xids = "|".join(map(str, XID_HARDWARE))
+    with_rdma = 'rdma_device!=""'
+    transmit, receive = 'direction="transmit"', 'direction="receive"'
+    busy_network = 'network_state=~"saturated|paused"'
+    hardware_xid, other_xid = f'xid=~"{xids}"', f'xid!~"{xids}"'
+
+    recording: list[Record | Alert] = [
+        Record(fabric, f"{m('gpunet_nic_fabric')}\nor\nmax without (rdma_device, port, driver, link_layer, numa_node, "
+                       f"pci_address) ({m('gpunet_nic_info', with_rdma)})",
+               "1 for the NICs of the training fabric, 0 for the others. Exporters that export\n"
+               "gpunet_nic_fabric decide it (RDMA NICs by default, or --fabric-devices); for older\n"
+               "exporters and traces without it, a NIC with an RDMA device is fabric."),
+        # A storm is detected on a short window on purpose: it freezes the fabric within seconds.
+        Record(tx_pauses, f"sum without (direction, priority) "
+                          f"(rate({m('gpunet_nic_pfc_pause_frames_total', transmit)}[2m]))"),
+        Record(rx_pauses, f"sum without (direction, priority) "
+                          f"(rate({m('gpunet_nic_pfc_pause_frames_total', receive)}[{r}]))"),
+        Record(loss, f"sum without (kind) (rate({m('gpunet_nic_rdma_loss_events_total')}[{r}]))"),
+        Record(retransmits, f"rate({m('gpunet_tcp_retransmitted_segments_total')}[{r}]) / "
+                            f"rate({m('gpunet_tcp_sent_segments_total')}[{r}])\n"
+                            f"and rate({m('gpunet_tcp_sent_segments_total')}[{r}]) > 100"),
+        Record(median_speed, f"quantile without (instance, device) (0.5,\n"
+                             f"  {m('gpunet_nic_link_speed_bytes_per_second')}\n"
+                             f"  and on ({nic}) ({fabric} == 1)\n"
+                             f"  and on ({nic}) ({m('gpunet_nic_up')} == 1))",
+               "Median negotiated speed of the job's fabric links that are up."),
+        Record(idle_network, f"avg without (gpu) (\n  sum without (network_state) (rate("
+                             f"{m('gpunet_gpu_idle_seconds_total', busy_network)}"
+                             f"[10m])))",
+               "Fraction of wall time a node's GPUs sat idle while its fabric was saturated or paused."),
+        Record(throttled, f"max without (reason) (rate({m('gpunet_gpu_throttled_seconds_total')}[{r}]))",
+               "Fraction of wall time the GPU's worst clock-event reason was active."),
+    ]
+    network = [
+        Alert("GpunetPfcStorm", f"{tx_pauses} > 500", "critical", "A NIC transmits PFC pause frames without pause.",
+              "{{ $labels.instance }} NIC {{ $labels.device }} has transmitted {{ $value | humanize }} PFC pause "
+              "frames/s for over 2 minutes; it is freezing its switch port and, through pause propagation, its "
+              "neighbours.", "2m"),
+        Alert("GpunetPfcReceivePressure", f"{rx_pauses} > 100", "warning", "The fabric keeps pausing a NIC.",
+              "{{ $labels.instance }} NIC {{ $labels.device }} receives {{ $value | humanize }} PFC pause frames/s "
+              f"({r} average) for over 10 minutes: the switch keeps stopping its transmit queue.", "10m"),
+        Alert("GpunetNetworkCongestion",
+              f"rate({m('gpunet_nic_ecn_marked_packets_total')}[{r}]) > 5000\nor\n"
+              f"rate({m('gpunet_nic_cnp_received_total')}[{r}]) > 2000",
+              "warning", "Sustained ECN/CNP congestion on a fabric NIC.",
+              "{{ $labels.instance }} NIC {{ $labels.device }} sees {{ $value | humanize }}/s ECN-marked packets or "
+              f"CNPs ({r} average) for over 5 minutes: DCQCN is throttling its flows.", "5m"),
+        Alert("GpunetRdmaLossEvents", f"{loss} > 10", "critical", "RDMA packet loss on a lossless fabric.",
+              "{{ $labels.instance }} NIC {{ $labels.device }} triggers {{ $value | humanize }} go-back-N loss "
+              "events/s (out-of-sequence, NAK sequence errors, ACK timeouts) for over 5 minutes on a fabric that "
+              "should be lossless.", "5m"),
+        Alert("GpunetTcpRetransmitRatio", f"{retransmits} > 0.01", "warning", "A node retransmits over 1% of its TCP "
+              "segments.", "{{ $labels.instance }} retransmits {{ $value | humanizePercentage }} of its TCP segments "
+              f"({r} average) for over 10 minutes.", "10m"),
+    ]
+    link = [
+        Alert("GpunetFabricLinkDown",
+              f"{m('gpunet_nic_up')} == 0\nand on ({nic}) ({fabric} == 1)\n"
+              f"and on ({nic}) (max_over_time({m('gpunet_nic_up')}[6h]) == 1)",
+              "critical", "A training-fabric link is down.",
+              "{{ $labels.instance }} fabric NIC {{ $labels.device }} was up in the last 6 hours and has had no "
+              "carrier or operstate up for over 1 minute.", "1m"),
+        Alert("GpunetLinkFlapping", f"increase({m('gpunet_nic_carrier_changes_total')}[10m]) > 4", "critical",
+              "A link keeps losing its carrier.",
+              "{{ $labels.instance }} NIC {{ $labels.device }} changed carrier {{ $value | humanize }} times in "
+              "10 minutes.", "1m"),
+        Alert("GpunetLinkSpeedBelowPeers",
+              f"(\n  {m('gpunet_nic_link_speed_bytes_per_second')}\n  < ignoring (instance, device) group_left ()\n"
+              f"  (0.9 * {median_speed})\n)\nand on ({nic}) ({fabric} == 1)\nand on ({nic}) ({m('gpunet_nic_up')} == 1)",
+              "warning", "A fabric link negotiated less than its peers.",
+              "{{ $labels.instance }} fabric NIC {{ $labels.device }} negotiated {{ $value | humanize }}B/s, below "
+              "90% of the median of the job's fabric links, for over 5 minutes; the whole job waits on it.", "5m"),
+    ]
+    gpu = [
+        Alert("GpunetGpusIdleNetworkBound", f"{idle_network} > 0.15", "warning",
+              "GPUs wait on a saturated or paused network.",
+              "The GPUs of {{ $labels.instance }} spent {{ $value | humanizePercentage }} of the last 10 minutes idle "
+              "while the node's fabric was saturated or paused.", "10m"),
+        Alert("GpunetGpuThrottled", f"{throttled} > 0.25", "warning", "A GPU is clock-throttled.",
+              "GPU {{ $labels.gpu }} of {{ $labels.instance }} was throttled (power, thermal or hardware slowdown) "
+              "{{ $value | humanizePercentage }} of the last " + r + "; in a synchronous job every other GPU waits "
+              "for it.", "5m"),
+        Alert("GpunetGpuXidErrors", f"increase({m('gpunet_gpu_xid_errors_total', hardware_xid)}"
+                                    "[10m]) > 0",
+              "critical", "A GPU reported a hardware or driver XID error.",
+              "GPU {{ $labels.gpu }} of {{ $labels.instance }} reported {{ $value | humanize }} XID {{ $labels.xid }} "
+              "errors in the last 10 minutes (memory ECC, row remapping, NVLink, fallen off the bus, GSP): drain "
+              "the node.", comment=f"Hardware and driver XIDs only ({', '.join(map(str, XID_HARDWARE))}); the "
+                                   "rest are GpunetGpuXidOther."),
+        Alert("GpunetGpuXidOther", f"increase({m('gpunet_gpu_xid_errors_total', other_xid)}"
+                                   "[10m]) > 0",
+              "info", "A GPU reported an XID error, mostly the application's own.",
+              "GPU {{ $labels.gpu }} of {{ $labels.instance }} reported {{ $value | humanize }} XID {{ $labels.xid }} "
+              "errors in the last 10 minutes: usually the application (a page fault, an engine exception); look "
+              "if it repeats across nodes."),
+        Alert("GpunetGpuLost", f"{m('gpunet_gpu_up')} == 0", "critical", "A GPU stopped answering NVML.",
+              "NVML has not answered for GPU {{ $labels.gpu }} of {{ $labels.instance }} for over 1 minute.", "1m"),
+    ]
+    config = [
+        Alert("GpunetEcnOffOnPfcPriority",
+              f"({m('gpunet_nic_pfc_enabled')} == 1)\nand on ({nic}, priority)\n"
+              f"(min without (point) ({m('gpunet_nic_ecn_enabled')}) == 0)",
+              "warning", "PFC is on without ECN on a priority.",
+              "{{ $labels.instance }} NIC {{ $labels.device }} has PFC enabled on priority {{ $labels.priority }} but "
+              "RoCE congestion control (ECN/DCQCN) off at the notification or reaction point: pauses become the "
+              "only brake on congestion (PFC storms, head-of-line blocking).", "15m",
+              comment="Configuration facts change when someone changes them (a driver reload, a reboot\n"
+                      "into defaults, a reseated card), so these alerts wait 15 minutes and open tickets."),
+        Alert("GpunetNicPcieLinkDegraded",
+              f"({m('gpunet_nic_pcie_max_link_width')} - {m('gpunet_nic_pcie_current_link_width')} > 0)\nor\n"
+              f"({m('gpunet_nic_pcie_max_link_transfers_per_second')} - "
+              f"{m('gpunet_nic_pcie_current_link_transfers_per_second')} > 0)",
+              "warning", "A NIC's PCIe link trained below its capability.",
+              "{{ $labels.instance }} NIC {{ $labels.device }} trained its PCIe link below what it supports (lanes "
+              "or transfer rate) for 15 minutes: the host side may not keep up with the wire.", "15m"),
+        Alert("GpunetGpuPcieWidthDegraded",
+              f"{m('gpunet_gpu_pcie_max_link_width')} - {m('gpunet_gpu_pcie_current_link_width')} > 0",
+              "warning", "A GPU's PCIe link is narrower than it supports.",
+              "GPU {{ $labels.gpu }} of {{ $labels.instance }} runs {{ $value }} PCIe lanes fewer than it supports, "
+              "for 15 minutes: host-device copies and GPUDirect RDMA through it are slower.", "15m",
+              comment="Width only: GPUs lower their PCIe transfer rate when idle, by design."),
+        Alert("GpunetBondMemberDown", f"{m('gpunet_bond_member_up')} == 0", "warning", "A bond member is down.",
+              "Member {{ $labels.device }} of bond {{ $labels.bond }} on {{ $labels.instance }} has had MII status "
+              "down for 5 minutes: the bond runs on fewer links than it has.", "5m"),
+    ]
+    exporter = [
+        Alert("GpunetExporterDown", f"up{{{s.selector}}} == 0", "warning", "A gpunet exporter cannot be scraped.",
+              "Prometheus has failed to scrape the gpunet exporter of {{ $labels.instance }} (job {{ $labels.job }}) "
+              "for over 2 minutes: the node's NICs and GPUs are unwatched.", "2m"),
+        Alert("GpunetCollectorDown", f"{m('gpunet_exporter_collector_up')} == 0", "warning",
+              "A gpunet collector cannot read its sources.",
+              "The {{ $labels.collector }} collector of the gpunet exporter on {{ $labels.instance }} has not read "
+              "all its sources for over 5 minutes; its metrics are missing or stale.", "5m",
+              comment="A host without the NVIDIA driver runs no GPU collector (the exporter turns them off), so\n"
+                      "a GPU collector down is a GPU node whose driver or NVML fails."),
+    ]
+    return [("gpunet.recording", recording), ("gpunet.network", network), ("gpunet.link", link),
+            ("gpunet.gpu", gpu), ("gpunet.config", config), ("gpunet.exporter", exporter)]
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _block(key: str, text: str, indent: str) -> list[str]:
+    if "\n" not in text:
+        return [f"{indent}{key}: {text}"]
+    return [f"{indent}{key}: |"] + [f"{indent}  {line}" for line in text.splitlines()]
+
+
+def render(s: Settings) -> str:
+    out = ["# Prometheus alerting and recording rules for gpunet, generated by alerts/build.py: edit",
+           "# that file and run it. docs/runbook.md explains each alert, its threshold and what to do.",
+           f"# Settings of this build: selector {s.selector}, cluster label {s.cluster_label}, rate interval "
+           f"{s.rate_interval},",
+           f"# runbook {s.runbook_url_base}.",
+           "# Check: promtool check rules alerts/gpunet.rules.yml; promtool test rules alerts/tests/*.yml",
+           "groups:"]
+    for group, items in rules(s):
+        out += [f"  - name: {group}", "    rules:"]
+        for item in items:
+            if item.comment:
+                out += [f"      # {line}" if line else "      #" for line in item.comment.splitlines()]
+            if isinstance(item, Record):
+                out += [f"      - record: {item.name}"] + _block("expr", item.expr, "        ")
+                continue
+            out += [f"      - alert: {item.name}"] + _block("expr", item.expr, "        ")
+            if item.for_:
+                out.append(f"        for: {item.for_}")
+            out += ["        labels:", f"          severity: {item.severity}", "        annotations:",
+                    f"          summary: {_quote(item.summary)}", f"          description: {_quote(item.description)}",
+                    f"          runbook_url: {_quote(s.runbook_url_base + '#' + item.name.lower())}"]
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def main(argv: list[str]) -> int:
+    defaults = Settings()
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--selector", default=defaults.selector, help=f"label matchers on every series ({defaults.selector})")
+    p.add_argument("--cluster-label", default=defaults.cluster_label,
+                   help=f"the label that tells clusters apart ({defaults.cluster_label})")
+    p.add_argument("--rate-interval", default=defaults.rate_interval,
+                   help=f"window of rates and averages ({defaults.rate_interval}; at least 4 scrape intervals)")
+    p.add_argument("--runbook-url-base", default=defaults.runbook_url_base, help="absolute URL of docs/runbook.md")
+    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--check", action="store_true", help="exit 1 if --out differs from this build")
+    args = p.parse_args(argv)
+    text = render(Settings(args.selector, args.cluster_label, args.rate_interval, args.runbook_url_base))
+    if args.check:
+        if not args.out.exists() or args.out.read_text(encoding="utf-8") != text:
+            print(f"stale (run python alerts/build.py): {args.out}", file=sys.stderr)
+            return 1
+        return 0
+    args.out.write_text(text, encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
