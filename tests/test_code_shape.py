@@ -23,7 +23,7 @@ def _run(*cmd: str) -> subprocess.CompletedProcess:
 
 
 def test_ruff():
-    result = _run(str(BIN / "ruff"), "check", *PACKAGES, "bench", "tests")
+    result = _run(str(BIN / "ruff"), "check", *PACKAGES, "bench", "tests", "alerts", "dashboards")
     assert result.returncode == 0, result.stdout[-4000:]
 
 
