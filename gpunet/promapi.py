@@ -146,6 +146,42 @@ class PrometheusClient:
             return {}  # not every engine serves metadata: types then come from the contract
 
 
+# Every exporter and every trace carries it, a few series per node: cheap to look for.
+PRESENCE_METRIC = "gpunet_exporter_collector_up"
+
+
+async def where_data_is(client: PrometheusClient, now: float) -> str:
+    """Where the server holds gpunet series, for a message about a window that holds none.
+    Bisects time with the label-values API, which reads only the index of the storage
+    blocks a range touches (Prometheus: blocks of 2 h and more; VictoriaMetrics: days), so
+    the span it finds is as fine as the blocks, and costs some 40 index look-ups."""
+    from gpunet.window import rfc3339
+
+    async def holds(start: float, end: float) -> bool:
+        return bool(await client.label_values("instance", [PRESENCE_METRIC], start, end))
+
+    if not await holds(0.0, now):
+        return f"the server holds no {PRESENCE_METRIC} series at all (is it scraping the exporters?)"
+    first_lo, first_hi = 0.0, now  # data in [0, first_hi], none in [0, first_lo)
+    last_lo, last_hi = 0.0, now  # data in [last_lo, now], none after last_hi
+    while first_hi - first_lo > 3600:
+        mid = (first_lo + first_hi) / 2
+        first_lo, first_hi = (first_lo, mid) if await holds(0.0, mid) else (mid, first_hi)
+    while last_hi - last_lo > 3600:
+        mid = (last_lo + last_hi) / 2
+        last_lo, last_hi = (mid, last_hi) if await holds(mid, now) else (last_lo, mid)
+
+    async def samples_near(low: float, high: float) -> bool:  # read the samples: is the index's answer true?
+        answer = await client.query(f"count(last_over_time({PRESENCE_METRIC}[{int(high - low) + 7200}s]))", high)
+        return bool(answer.get("result"))
+
+    # Some servers answer label queries over long ranges from a global index, whatever the
+    # range (VictoriaMetrics past a month): the samples at both ends must confirm the span.
+    if await samples_near(first_lo, first_hi) and await samples_near(last_lo, last_hi):
+        return f"it holds gpunet series from about {rfc3339(first_lo)} to {rfc3339(last_hi)}"
+    return "it holds gpunet series at other times (this server's index cannot narrow them down: look with --start/--end)"
+
+
 def add_connection_arguments(parser) -> None:
     """The flags every command that talks to a Prometheus API takes, spelled once."""
     parser.add_argument("--bearer-token-file", help="file holding a bearer token for the Prometheus API")

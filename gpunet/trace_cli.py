@@ -19,10 +19,11 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from gpunet.contract import BY_NAME
-from gpunet.promapi import PromError, PrometheusClient, add_connection_arguments, client_from_arguments
+from gpunet.promapi import PromError, PrometheusClient, add_connection_arguments, client_from_arguments, where_data_is
 from gpunet.trace import TraceWriter
 from gpunet.window import resolve, rfc3339
 
@@ -52,7 +53,8 @@ async def export(client: PrometheusClient, out: Path, start: float, end: float, 
     selector = "{" + ",".join(m for m in ('__name__=~"gpunet_.*"', matchers) if m) + "}"
     names = [selected_name] if selected_name else sorted(await client.label_values("__name__", [selector], start, end))
     if not names:
-        raise PromError(f"{client.url}: no gpunet series between {rfc3339(start)} and {rfc3339(end)}")
+        raise PromError(f"{client.url}: no gpunet series between {rfc3339(start)} and {rfc3339(end)}; "
+                        f"{await where_data_is(client, time.time())}")
     metadata = await client.metadata()
     chunks = []
     t = start

@@ -2,8 +2,10 @@
 loaded with the same trace: the server-side PromQL path agrees with the file path."""
 
 import json
+import re
 import shutil
 import sys
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from test_diagnoser import TRACES, diagnose
@@ -71,6 +73,31 @@ VM_TRACES = [t for t in TRACES if t.name in ("pfc_storm.om.gz", "two_incidents.o
 @pytest.mark.parametrize("trace", VM_TRACES, ids=[t.name for t in VM_TRACES])
 def test_victoriametrics_gives_the_replays_findings(trace, victoria):
     assert_server_agrees_with_file(trace, victoria(trace))
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+@pytest.mark.parametrize("server", ["prometheus", "victoria"])
+def test_a_window_without_data_says_where_the_data_is(server, served, victoria, request):
+    """`--since 1h` against a server that holds a trace of long ago: the one-line error gives
+    the asked window and where the data is, in RFC 3339."""
+    if server == "victoria" and shutil.which("victoria-metrics") is None:
+        pytest.skip("victoria-metrics not installed")
+    trace = next(t for t in TRACES if t.name == "pfc_storm.om.gz")
+    url = (served if server == "prometheus" else victoria)(trace)
+    result = diagnose("--prometheus", url, "--since", "1h")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    first, last = (datetime.fromtimestamp(float(t), UTC) for t in window(trace))
+    found = re.search(r"from about (\S+) to (\S+)", line)
+    if server == "victoria" and not found:  # its index answers long ranges whatever the range
+        assert "at other times" in line, line
+        return
+    assert found, line
+    start, end = (datetime.fromisoformat(t.replace("Z", "+00:00")) for t in found.groups())
+    # as fine as the storage blocks: Prometheus' backfilled blocks are 2 h, VictoriaMetrics' index a day
+    slack = timedelta(hours=3 if server == "prometheus" else 25)
+    assert start <= first and first - start <= slack, (line, first)
+    assert end >= last and end - last <= slack, (line, last)
 
 
 def test_unreachable_prometheus_is_one_line():

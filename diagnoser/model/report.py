@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from gpunet.window import rfc3339
+
 # The verdicts of contract section 5.
 FINDINGS, HEALTHY, INCONCLUSIVE = "findings", "healthy", "inconclusive"
 
@@ -38,7 +40,7 @@ class Finding:
 
     def to_dict(self) -> dict:
         doc: dict = {"job": self.job} if self.job is not None else {}
-        doc.update({"class": self.cls, "start": self.start, "end": self.end, "ongoing": self.ongoing,
+        doc.update({"class": self.cls, **span(self.start, self.end), "ongoing": self.ongoing,
                     "nodes": self.nodes,
                     "devices": self.devices, "confidence": self.confidence,
                     "gpu_idle_seconds": self.gpu_idle_seconds, "evidence": self.evidence,
@@ -119,7 +121,7 @@ class JobSummary:
 
     def to_dict(self) -> dict:
         s = self.summary
-        doc: dict = {"name": self.name, "found_by": self.found_by, "start": s.start, "end": s.end,
+        doc: dict = {"name": self.name, "found_by": self.found_by, **span(s.start, s.end),
                      "nodes": s.nodes, "gpus": s.gpus, "gpu_idle_fraction": s.gpu_idle_fraction,
                      "instances": self.instances, "verdict": self.verdict, "findings": self.findings,
                      "gpu_idle_seconds_in_findings": self.gpu_idle_seconds_in_findings}
@@ -178,10 +180,10 @@ class Report:
 
     def to_dict(self) -> dict:
         s = self.summary
-        doc: dict = {"source": self.source, "start": s.start, "end": s.end, "nodes": s.nodes, "gpus": s.gpus,
+        doc: dict = {"source": self.source, **span(s.start, s.end), "nodes": s.nodes, "gpus": s.gpus,
                      "gpu_idle_fraction": s.gpu_idle_fraction, "verdict": self.verdict}
         if s.judged is not None:
-            doc["judged"] = {"start": s.judged[0], "end": s.judged[1]}
+            doc["judged"] = span(*s.judged)
         if self.inconclusive_reasons:
             doc["inconclusive_reasons"] = self.inconclusive_reasons
         if self.jobs is not None:
@@ -201,6 +203,11 @@ class Report:
         """Every note as printed: each job's (named), the cluster's, the audit's."""
         return ([f"{j.name}: {n}" for j in self.jobs or [] for n in j.notes] + self.notes
                 + [f"configuration: {n}" for n in self.configuration_notes])
+
+
+def span(start: float, end: float) -> dict:
+    """A span as the JSON carries it: Unix seconds, and RFC 3339 beside them for people and tools."""
+    return {"start": start, "end": end, "start_rfc3339": rfc3339(start), "end_rfc3339": rfc3339(end)}
 
 
 def rounded(x: float | None, digits: int) -> float | None:

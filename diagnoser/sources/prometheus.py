@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -28,7 +29,8 @@ from diagnoser.model.columns import (
 from diagnoser.model.frame import FINE, Frame, assemble, choose_step, fine_table, window_edges
 from diagnoser.sources.promconfig import config_from_prometheus
 from gpunet import contract as c
-from gpunet.promapi import PromError, PrometheusClient
+from gpunet.promapi import PromError, PrometheusClient, where_data_is
+from gpunet.window import rfc3339
 
 NODE_GROUP = 200  # instances per query: keeps each answer a few MB on a 1000-node cluster
 WINDOWS_PER_QUERY = 120  # time split: windows per range query
@@ -123,7 +125,8 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
                                 progress: Callable[[str], None] = lambda m: None) -> Frame:
     instances = sorted(await client.label_values("instance", ['{__name__=~"gpunet_.*"}'], start, end))
     if not instances:
-        raise PromError(f"{client.url}: no gpunet series between {start:.0f} and {end:.0f}")
+        raise PromError(f"{client.url}: no gpunet series between {rfc3339(start)} and {rfc3339(end)}; "
+                        f"{await where_data_is(client, time.time())}")
     # The scrape interval: samples of one counter over the window, per instance.
     counts = await client.query(f"count_over_time({c.TCP_SENT.name}[{int(end - start)}s])", end)
     per = [float(r["value"][1]) for r in counts.get("result", []) if float(r["value"][1]) > 1]

@@ -21,7 +21,7 @@ from diagnoser.model.frame import WANTED, Frame, FrameBuilder, choose_step
 from diagnoser.model.netconfig import SPARSE
 from diagnoser.sources.exposition import parse_series
 from gpunet import contract as c
-from gpunet.window import LAST_SECOND
+from gpunet.window import LAST_SECOND, rfc3339
 
 BLOCK = 1 << 22  # bytes read at a time
 # No gpunet value reaches this: a byte counter of a 1.6 Tb/s port takes 300 years to get
@@ -384,8 +384,8 @@ def frame_of(trace: Trace, since: float | None = None, start: float | None = Non
     start_t = start if start is not None else (end_t - since if since is not None else trace.first)
     start_t = max(start_t, trace.first)
     if end_t <= start_t:
-        raise TraceError(f"{trace.path}: the window holds no samples (trace covers {trace.first:.0f}.."
-                         f"{trace.last:.0f})")
+        raise TraceError(f"{trace.path}: the window holds no samples: the trace covers {rfc3339(trace.first)} .. "
+                         f"{rfc3339(trace.last)}")
     scrape = trace.scrape_interval
     builder = FrameBuilder(f"replay:{trace.path.name}", start_t, end_t, choose_step(start_t, end_t, scrape), scrape)
     # One scrape before the range (and its first whole window), so that the first increase is whole.
