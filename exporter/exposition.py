@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from gpunet.contract import unit_of
+
 MAX_PREFIXES = 200_000  # a bound on the cache, should label values churn
 # Label values come from the system (interface names, driver and model strings): bounded,
 # so a strange driver cannot blow up every scrape.
@@ -71,6 +73,8 @@ class Renderer:
             # the family as its samples are named.
             name = fam.name.removesuffix("_total") if openmetrics and fam.type == "counter" else fam.name
             out.append(f"# HELP {name} {escape_help(fam.help)}\n# TYPE {name} {fam.type}\n")
+            if openmetrics and (unit := unit_of(name)):
+                out.append(f"# UNIT {name} {unit}\n")
             prefix = self._prefix
             out.extend(f"{prefix(s, n, v)}{format_value(x)}\n" for s, n, v, x in fam.samples)
         if openmetrics:

@@ -29,6 +29,17 @@ class MetricSpec:
         assert (self.type == "counter") == self.name.endswith("_total"), self.name
 
 
+# Units a family name may end with (longest first): OpenMetrics states it in a # UNIT line,
+# which must be a suffix of the family's name (the exposition and the trace writer add it).
+UNITS = ("bytes_per_second", "transfers_per_second", "seconds", "bytes", "ratio", "celsius", "watts", "hertz",
+         "joules")
+
+
+def unit_of(family: str) -> str | None:
+    """The unit a family's name ends with (without _total), None for a count of things."""
+    return next((unit for unit in UNITS if family.endswith("_" + unit)), None)
+
+
 def _m(name: str, type_: MetricType, help_: str, labels: tuple[str, ...] = (), contract: bool = False) -> MetricSpec:
     return MetricSpec(name, type_, help_, labels, contract)
 

@@ -50,6 +50,14 @@ async def test_openmetrics_when_prometheus_asks_for_it(client):
     families = {f.name: f for f in parse_openmetrics(body)}
     assert families["gpunet_nic_transmit_bytes"].type == "counter"
     assert families["gpunet_nic_info"].type == "gauge"
+    # # UNIT where the name ends with one (the parser checks that it is the name's suffix)
+    units = {name: f.unit for name, f in families.items()}
+    assert units["gpunet_nic_transmit_bytes"] == "bytes"
+    assert units["gpunet_nic_link_speed_bytes_per_second"] == "bytes_per_second"
+    assert units["gpunet_exporter_collector_duration_seconds"] == "seconds"
+    assert units["gpunet_nic_info"] == "" and units["gpunet_nic_pfc_pause_frames"] == ""
+    text = await (await client.get("/metrics")).text()
+    assert "# UNIT" not in text
 
 
 async def test_gzip_is_real_gzip(client):
