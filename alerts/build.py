@@ -89,6 +89,8 @@ def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
     transmit, receive = 'direction="transmit"', 'direction="receive"'
     busy_network = 'network_state=~"saturated|paused"'
     hardware_xid, other_xid = f'xid=~"{xids}"', f'xid!~"{xids}"'
+    uncorrected = 'type="uncorrected"'
+    nvlink_data, nvlink_recovery = 'kind=~"crc_flit|crc_data|replay"', 'kind="recovery"'
 
     recording: list[Record | Alert] = [
         Record(fabric, f"{m('gpunet_nic_fabric')}\nor\nmax without (rdma_device, port, driver, link_layer, numa_node, "
@@ -181,6 +183,27 @@ def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
               "if it repeats across nodes."),
         Alert("GpunetGpuLost", f"{m('gpunet_gpu_up')} == 0", "critical", "A GPU stopped answering NVML.",
               "NVML has not answered for GPU {{ $labels.gpu }} of {{ $labels.instance }} for over 1 minute.", "1m"),
+        Alert("GpunetGpuRowRemapFailed", f"{m('gpunet_gpu_row_remap_failed')} == 1", "critical",
+              "A GPU has no spare memory row left.",
+              "GPU {{ $labels.gpu }} of {{ $labels.instance }} failed to remap a memory row: it has no spare left "
+              "and will keep raising memory errors. Drain the node and replace the GPU.", "1m"),
+        Alert("GpunetGpuRowRemapPending", f"{m('gpunet_gpu_row_remap_pending')} == 1", "warning",
+              "A GPU waits for a reset to remap a memory row.",
+              "GPU {{ $labels.gpu }} of {{ $labels.instance }} has a memory row remapping pending for 15 minutes: it "
+              "takes effect at the next GPU reset; reset it when its job ends.", "15m"),
+        Alert("GpunetGpuUncorrectableEccErrors",
+              f"increase({m('gpunet_gpu_ecc_errors_total', uncorrected)}[10m]) > 0", "warning",
+              "A GPU had uncorrectable memory errors.",
+              "GPU {{ $labels.gpu }} of {{ $labels.instance }} had {{ $value | humanize }} uncorrectable ECC errors "
+              "in the last 10 minutes; the job on it most likely failed (XID 48, 94 or 95 pages for that).",
+              comment="The XIDs the same errors raise page (GpunetGpuXidErrors); this one keeps the count."),
+        Alert("GpunetGpuNvlinkErrors",
+              f"sum without (kind) (rate({m('gpunet_gpu_nvlink_errors_total', nvlink_data)}[{r}])) > 10\nor\n"
+              f"sum without (kind) (increase({m('gpunet_gpu_nvlink_errors_total', nvlink_recovery)}[10m])) > 0",
+              "warning", "A GPU's NVLinks keep retrying or retraining.",
+              "GPU {{ $labels.gpu }} of {{ $labels.instance }} sees {{ $value | humanize }} NVLink CRC errors and "
+              "replays per second, or link recoveries, for 5 minutes: collectives over NVLink slow down and the "
+              "link may fail.", "5m"),
     ]
     config = [
         Alert("GpunetEcnOffOnPfcPriority",

@@ -488,6 +488,18 @@ def node() -> dict:
                    targets((f"increase(gpunet_gpu_xid_errors_total{{{GPU}}}[{RI}]) > 0",
                             "{{instance}} GPU {{gpu}} XID {{xid}}")),
                    "short", "Critical driver errors per XID code (only those that occurred).", w=8, draw="bars"),
+        timeseries("GPU health: memory and NVLink errors",
+                   targets((f"increase(gpunet_gpu_ecc_errors_total{{{GPU}}}[{RI}]) > 0",
+                            "{{instance}} GPU {{gpu}} ECC {{type}}"),
+                           (f"increase(gpunet_gpu_nvlink_errors_total{{{GPU}}}[{RI}]) > 0",
+                            "{{instance}} GPU {{gpu}} NVLink {{kind}}"),
+                           (f"gpunet_gpu_remapped_rows{{{GPU}}} > 0",
+                            "{{instance}} GPU {{gpu}} rows remapped ({{cause}})"),
+                           (f"gpunet_gpu_row_remap_pending{{{GPU}}} + 2 * gpunet_gpu_row_remap_failed{{{GPU}}} > 0",
+                            "{{instance}} GPU {{gpu}} remap pending (1) / failed (2+)")),
+                   "short", "What tells a sick GPU from a slow network: memory ECC errors and NVLink errors per rate "
+                   "interval, rows remapped to spares, and a remap waiting for a reset (1) or failed (2: replace the "
+                   "GPU). Only GPUs with something to show.", w=24, draw="bars"),
         state_timeline("GPU up (NVML answers)", targets((f"gpunet_gpu_up{{{GPU}}}", "{{instance}} GPU {{gpu}}")),
                        "", w=24, h=6, mappings=UP_MAPPING),
     ]

@@ -85,7 +85,11 @@ def gpu_document(gpus) -> dict:
                      memory_total_bytes=details.memory_total_bytes,
                      pcie_tx_bytes_per_second=details.pcie_transmit_bytes_per_second,
                      pcie_rx_bytes_per_second=details.pcie_receive_bytes_per_second, gpm=details.gpm,
-                     xid_errors={str(x): n for (g, x), n in xids.items() if g == ident.index})
+                     xid_errors={str(x): n for (g, x), n in xids.items() if g == ident.index},
+                     ecc_errors=details.ecc_errors, nvlink_errors=details.nvlink_errors,
+                     row_remapping=None if details.remapped_rows is None else
+                     {**details.remapped_rows, "pending": details.row_remap_pending,
+                      "failed": details.row_remap_failed})
         try:
             entry.update(processes=[{"pid": p.pid, "used_memory_bytes": p.used_memory_bytes}
                                     for p in gpus.processes(ident.index)] or None,

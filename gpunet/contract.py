@@ -168,6 +168,20 @@ GPU_PCIE_RECEIVE = _m("gpunet_gpu_pcie_receive_bytes_per_second", "gauge",
                       "PCIe throughput to the GPU (NVML's 20 ms sample).", GPU)
 GPU_XID_ERRORS = _m("gpunet_gpu_xid_errors_total", "counter",
                     "XID critical errors reported by the driver, per XID code.", ("gpu", "xid"))
+# GPU health, dcgm-exporter's staples: what tells a sick GPU from a slow network.
+GPU_ECC_ERRORS = _m("gpunet_gpu_ecc_errors_total", "counter",
+                    "Memory ECC errors since the driver loaded (NVML volatile counters), by type: corrected or "
+                    "uncorrected.", ("gpu", "type"))
+GPU_REMAPPED_ROWS = _m("gpunet_gpu_remapped_rows", "gauge",
+                       "Memory rows remapped to spares (Ampere and newer), by the errors that caused it: correctable "
+                       "or uncorrectable.", ("gpu", "cause"))
+GPU_ROW_REMAP_PENDING = _m("gpunet_gpu_row_remap_pending", "gauge",
+                           "1 when a row remapping waits for a GPU reset to take effect.", GPU)
+GPU_ROW_REMAP_FAILED = _m("gpunet_gpu_row_remap_failed", "gauge",
+                          "1 when a row remapping failed (no spare row left): the GPU needs replacing.", GPU)
+GPU_NVLINK_ERRORS = _m("gpunet_gpu_nvlink_errors_total", "counter",
+                       "NVLink errors summed over the GPU's active links, by kind: replay, recovery, crc_flit, "
+                       "crc_data, ecc_data.", ("gpu", "kind"))
 GPU_SM_ACTIVE = _m("gpunet_gpu_sm_active_ratio", "gauge",
                    "Fraction of SMs busy between two slow ticks (NVML GPM, Hopper and newer).", GPU)
 GPU_SM_OCCUPANCY = _m("gpunet_gpu_sm_occupancy_ratio", "gauge",
@@ -229,6 +243,8 @@ def workload_names_a_job(source: str, namespace: str) -> bool:
     exporter's last resorts, a command name (source process: every job runs python3) or a
     pod UID found in a cgroup (source kubernetes without a namespace: one per node)."""
     return not (source == "process" or (source == "kubernetes" and not namespace))
+ECC_ERROR_TYPES = ("corrected", "uncorrected")
+NVLINK_ERROR_KINDS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")  # NVML's counter order
 THROTTLE_REASONS = ("sw_power_cap", "sw_thermal", "hw_slowdown", "hw_thermal", "hw_power_brake")
 SATURATED_RATIO = 0.90  # a direction at >= 90% of link speed is saturated
 ACTIVE_RATIO = 0.05  # ... and at >= 5% active

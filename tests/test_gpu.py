@@ -191,3 +191,37 @@ def test_a_driver_that_is_there_but_fails_reports_the_gpu_collectors_down(tmp_pa
     sampler.slow_tick()
     sampler.fast_tick()
     assert registry.collector_status()["gpu"].up is False
+
+
+def test_gpu_health_is_what_nvml_says_and_absent_where_the_gpu_does_not_say(node_copy):
+    """ECC, row remapping and NVLink errors as nvml.json holds them (NVML's own readings),
+    counters that never go down when the driver reloads, and no series at all for a GPU
+    that does not support them."""
+    root = gpu_copy(node_copy)
+    doc = nvml(root)
+    node = Node(root).tick(now=0.0)
+    for g in doc["gpus"]:
+        gpu = str(g["index"])
+        for kind, n in g["ecc_errors"].items():
+            assert node.value("gpunet_gpu_ecc_errors_total", gpu=gpu, type=kind) == n
+        for kind, n in g["nvlink_errors"].items():
+            assert node.value("gpunet_gpu_nvlink_errors_total", gpu=gpu, kind=kind) == n
+        remap = g["row_remapping"]
+        for cause in ("correctable", "uncorrectable"):
+            assert node.value("gpunet_gpu_remapped_rows", gpu=gpu, cause=cause) == remap[cause]
+        assert node.value("gpunet_gpu_row_remap_pending", gpu=gpu) == float(remap["pending"])
+        assert node.value("gpunet_gpu_row_remap_failed", gpu=gpu) == float(remap["failed"])
+    sick = next(g for g in doc["gpus"] if g["ecc_errors"]["corrected"])
+    # The driver reloads: NVML's volatile counters start again from zero; the exported ones go on.
+    before = node.value("gpunet_gpu_ecc_errors_total", gpu=str(sick["index"]), type="corrected")
+    sick["ecc_errors"]["corrected"] = 3
+    (root / "nvml.json").write_text(json.dumps(doc))
+    node.tick(now=1.0)
+    assert node.value("gpunet_gpu_ecc_errors_total", gpu=str(sick["index"]), type="corrected") == before + 3
+    # A GPU that does not report them (consumer parts, no NVLink): no series, not zeros.
+    for g in doc["gpus"]:
+        for key in ("ecc_errors", "nvlink_errors", "row_remapping"):
+            g.pop(key)
+    (root / "nvml.json").write_text(json.dumps(doc))
+    node.tick(now=2.0)
+    assert not node.series("gpunet_gpu_nvlink_errors_total") and not node.series("gpunet_gpu_remapped_rows")

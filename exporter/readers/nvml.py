@@ -28,6 +28,7 @@ from pathlib import Path
 
 from exporter.readers.pci import PCI_DEVICES
 from exporter.root import Root, SourceError
+from gpunet.contract import ECC_ERROR_TYPES, NVLINK_ERROR_KINDS
 
 # Clock-event reasons (nvmlClocksEventReason*). Only these slow the GPU down; idle,
 # application-clock, sync-boost and display-clock reasons are not throttling.
@@ -41,6 +42,10 @@ NVML_GPU_UTILIZATION_SAMPLES = 1
 NVML_CLOCK_SM = 1
 NVML_TEMPERATURE_GPU = 0
 NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES = 0, 1
+NVML_MEMORY_ERROR_TYPES = (0, 1)  # NVML_MEMORY_ERROR_TYPE_CORRECTED, _UNCORRECTED, as in ECC_ERROR_TYPES
+NVML_VOLATILE_ECC = 0  # since the driver loaded (the aggregate counter survives reboots: not a rate)
+NVML_NVLINK_MAX_LINKS = 18
+NVML_FEATURE_ENABLED = 1
 XID_CRITICAL_ERROR = 0x8
 GPM_METRICS = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active"}  # NVML_GPM_METRIC_* ids
 
@@ -86,6 +91,12 @@ class GpuDetails:
     pcie_transmit_bytes_per_second: float | None = None
     pcie_receive_bytes_per_second: float | None = None
     gpm: dict[str, float] | None = None  # None: GPM not supported
+    # Health; None where the GPU does not support it (no ECC on consumer parts, no NVLink, no row remapping).
+    ecc_errors: dict[str, int] | None = None  # corrected / uncorrected
+    remapped_rows: dict[str, int] | None = None  # correctable / uncorrectable
+    row_remap_pending: bool | None = None
+    row_remap_failed: bool | None = None
+    nvlink_errors: dict[str, int] | None = None  # NVLINK_ERROR_KINDS, summed over active links
 
 
 def normalize_pci(bus_id: str) -> str:
@@ -178,11 +189,29 @@ class FixtureGpus:
         def num(key: str) -> float | None:
             return float(g[key]) if g.get(key) is not None else None
 
+        def counts(key: str, names: tuple[str, ...]) -> dict[str, int] | None:
+            value = g.get(key)
+            if value is None:
+                return None
+            if not isinstance(value, dict):
+                raise SourceError(f"{self.path} gpu {index}", f"{key}: expected an object")
+            return {name: int(value[name]) for name in names if value.get(name) is not None}
+
+        def flag(key: str) -> bool | None:
+            return bool(g["row_remapping"][key]) if isinstance(g.get("row_remapping"), dict) else None
+
         gpm = g.get("gpm")
-        return GpuDetails(num("power_w"), num("temperature_c"), num("memory_used_bytes"),
-                          num("memory_total_bytes"), num("pcie_tx_bytes_per_second"),
-                          num("pcie_rx_bytes_per_second"),
-                          {k: float(v) for k, v in gpm.items()} if isinstance(gpm, dict) else None)
+        try:
+            return GpuDetails(num("power_w"), num("temperature_c"), num("memory_used_bytes"),
+                              num("memory_total_bytes"), num("pcie_tx_bytes_per_second"),
+                              num("pcie_rx_bytes_per_second"),
+                              {k: float(v) for k, v in gpm.items()} if isinstance(gpm, dict) else None,
+                              counts("ecc_errors", ECC_ERROR_TYPES),
+                              counts("row_remapping", ("correctable", "uncorrectable")),
+                              flag("pending"), flag("failed"),
+                              counts("nvlink_errors", NVLINK_ERROR_KINDS))
+        except (KeyError, TypeError, ValueError) as e:
+            raise SourceError(f"{self.path} gpu {index}", f"bad reading: {e!r}") from e
 
     def processes(self, index: int) -> list[GpuProcess]:
         g = self._gpu(index)
@@ -342,10 +371,31 @@ class NvmlGpus:
         mem = opt(nv.nvmlDeviceGetMemoryInfo)
         tx = opt(nv.nvmlDeviceGetPcieThroughput, NVML_PCIE_UTIL_TX_BYTES)
         rx = opt(nv.nvmlDeviceGetPcieThroughput, NVML_PCIE_UTIL_RX_BYTES)
+        ecc = {name: opt(nv.nvmlDeviceGetTotalEccErrors, error_type, NVML_VOLATILE_ECC)
+               for name, error_type in zip(ECC_ERROR_TYPES, NVML_MEMORY_ERROR_TYPES)}
+        rows = opt(nv.nvmlDeviceGetRemappedRows)  # (correctable, uncorrectable, pending, failed)
         return GpuDetails(power / 1000.0 if power is not None else None, float(temp) if temp is not None else None,
                           float(mem.used) if mem is not None else None, float(mem.total) if mem is not None else None,
                           tx * 1024.0 if tx is not None else None, rx * 1024.0 if rx is not None else None,
-                          self._gpm(gpu))
+                          self._gpm(gpu),
+                          {k: int(v) for k, v in ecc.items() if v is not None} or None,
+                          {"correctable": int(rows[0]), "uncorrectable": int(rows[1])} if rows else None,
+                          bool(rows[2]) if rows else None, bool(rows[3]) if rows else None,
+                          self._nvlink_errors(gpu, opt))
+
+    def _nvlink_errors(self, gpu: _LiveGpu, opt) -> dict[str, int] | None:
+        """Each error kind summed over the links that are up; None without NVLink."""
+        nv = self._nvml
+        totals: dict[str, int] | None = None
+        for link in range(NVML_NVLINK_MAX_LINKS):
+            if opt(nv.nvmlDeviceGetNvLinkState, link) != NVML_FEATURE_ENABLED:
+                continue
+            totals = totals if totals is not None else dict.fromkeys(NVLINK_ERROR_KINDS, 0)
+            for counter, kind in enumerate(NVLINK_ERROR_KINDS):
+                value = opt(nv.nvmlDeviceGetNvLinkErrorCounter, link, counter)
+                if value is not None:
+                    totals[kind] += int(value)
+        return totals
 
     def processes(self, index: int) -> list[GpuProcess]:
         nv, gpu = self._nvml, self._gpus[index]
