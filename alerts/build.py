@@ -158,6 +158,13 @@ def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
               "warning", "A fabric link negotiated less than its peers.",
               "{{ $labels.instance }} fabric NIC {{ $labels.device }} negotiated {{ $value | humanize }}B/s, below "
               "90% of the median of the job's fabric links, for over 5 minutes; the whole job waits on it.", "5m"),
+        Alert("GpunetNicPhyErrors",
+              f"increase({m('gpunet_nic_symbol_errors_total')}[10m]) > 10\nor\n"
+              f"increase({m('gpunet_nic_fec_uncorrectable_blocks_total')}[10m]) > 0",
+              "warning", "A link's physical layer is degrading.",
+              "{{ $labels.instance }} NIC {{ $labels.device }} counted {{ $value | humanize }} symbol errors or "
+              "uncorrectable FEC blocks in 10 minutes, for 5 minutes: a cable, optic or connector is failing; "
+              "it loses frames now and flaps soon.", "5m"),
     ]
     gpu = [
         Alert("GpunetGpusIdleNetworkBound", f"{idle_network} > 0.15", "warning",

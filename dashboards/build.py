@@ -500,6 +500,21 @@ def node() -> dict:
                    "short", "What tells a sick GPU from a slow network: memory ECC errors and NVLink errors per rate "
                    "interval, rows remapped to spares, and a remap waiting for a reset (1) or failed (2: replace the "
                    "GPU). Only GPUs with something to show.", w=24, draw="bars"),
+        timeseries("PHY errors",
+                   targets((f"increase(gpunet_nic_symbol_errors_total{{{NIC}}}[{RI}]) > 0",
+                            "{{instance}} {{device}} symbol errors"),
+                           (f"increase(gpunet_nic_fec_uncorrectable_blocks_total{{{NIC}}}[{RI}]) > 0",
+                            "{{instance}} {{device}} FEC uncorrectable"),
+                           (f"rate(gpunet_nic_fec_corrected_bit_errors_total{{{NIC}}}[{RI}])",
+                            "{{instance}} {{device}} FEC corrected bits/s")),
+                   "short", "A degrading cable or optic shows here before it flaps: symbol errors and uncorrectable "
+                   "FEC blocks per rate interval (only those that occurred), and the bits FEC corrects per second "
+                   "(its rise is the link's margin shrinking).", w=12),
+        timeseries("InfiniBand transmit wait",
+                   targets((f"rate(gpunet_nic_transmit_wait_ticks_total{{{NIC}}}[{RI}])", "{{instance}} {{device}}")),
+                   "short", "Ticks per second an InfiniBand port had data but no credit from its peer: IB's congestion "
+                   "signal (it has no PFC). Compare ports: one far above its peers is congested or paused by a "
+                   "slow receiver.", w=12),
         state_timeline("GPU up (NVML answers)", targets((f"gpunet_gpu_up{{{GPU}}}", "{{instance}} GPU {{gpu}}")),
                        "", w=24, h=6, mappings=UP_MAPPING),
     ]

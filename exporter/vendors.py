@@ -29,6 +29,12 @@ class DriverCounters:
     rx_discards: Names = ()
     tx_discards: Names = ()
     rx_errors: Names = ()
+    # PHY health
+    symbol_errors: Names = ()
+    fec_corrected_bit_errors: Names = ()
+    fec_corrected_blocks: Names = ()
+    fec_uncorrectable_blocks: Names = ()
+    link_down_events: Names = ()
     # sysfs hw_counters names
     ecn_marked: Names = ()
     cnp_sent: Names = ()
@@ -44,7 +50,9 @@ class DriverCounters:
 
     @property
     def slow_names(self) -> frozenset[str]:
-        return flat_names(self.pause_duration, self.rx_discards, self.tx_discards, self.rx_errors)
+        return flat_names(self.pause_duration, self.rx_discards, self.tx_discards, self.rx_errors,
+                          self.symbol_errors, self.fec_corrected_bit_errors, self.fec_corrected_blocks,
+                          self.fec_uncorrectable_blocks, self.link_down_events)
 
     def hw_counter_names(self) -> tuple[str, ...]:
         names: list[str] = []
@@ -100,6 +108,10 @@ MLX5 = DriverCounters(
     rx_discards=("rx_discards_phy",),
     tx_discards=("tx_discards_phy",),
     rx_errors=("rx_crc_errors_phy",),
+    # The phy group; its FEC block counts are not in ethtool -S (netlink FEC statistics).
+    symbol_errors=("rx_pcs_symbol_err_phy", "rx_symbol_err_phy"),
+    fec_corrected_bit_errors=("rx_corrected_bits_phy",),
+    link_down_events=("link_down_events_phy",),
     ecn_marked=("np_ecn_marked_roce_packets",),
     cnp_sent=("np_cnp_sent",),
     cnp_received=("rp_cnp_handled",),
@@ -123,6 +135,11 @@ BNXT = DriverCounters(
     rx_discards=(tuple(f"rx_discard_packets_cos{c}" for c in range(8)),),
     tx_discards=(tuple(f"tx_discard_packets_cos{c}" for c in range(8)),),
     rx_errors=("rx_fcs_err_frames",),
+    symbol_errors=("rx_pcs_symbol_err",),
+    fec_corrected_bit_errors=("rx_corrected_bits",),
+    fec_corrected_blocks=("rx_fec_corrected_blocks",),
+    fec_uncorrectable_blocks=("rx_fec_uncorrectable_blocks",),
+    link_down_events=("link_down_events",),
     ecn_marked=("rx_ecn_marked_pkts",),
     cnp_sent=("tx_cnp_pkts",),
     cnp_received=("rx_cnp_pkts",),

@@ -90,7 +90,23 @@ NIC_TRANSMIT_DISCARDS = _m("gpunet_nic_transmit_discards_total", "counter",
 NIC_RECEIVE_ERRORS = _m("gpunet_nic_receive_errors_total", "counter",
                         "Frames received with errors on the wire (CRC, symbol, malformed).", DEV)
 NIC_LINK_DOWNED = _m("gpunet_nic_link_downed_total", "counter",
-                     "Times the link failed to recover and went down (InfiniBand link_downed).", DEV)
+                     "Times the link went down (InfiniBand link_downed; the driver's link-down events on Ethernet).",
+                     DEV)
+# PHY health: how a degrading cable, optic or connector shows itself before the link flaps.
+NIC_SYMBOL_ERRORS = _m("gpunet_nic_symbol_errors_total", "counter",
+                       "Physical-layer symbol errors (the PCS on Ethernet, symbol_error on InfiniBand).", DEV)
+NIC_FEC_CORRECTED_BIT_ERRORS = _m("gpunet_nic_fec_corrected_bit_errors_total", "counter",
+                            "Bits the forward error correction repaired: the link's errors before FEC, its margin.",
+                            DEV)
+NIC_FEC_CORRECTED_BLOCKS = _m("gpunet_nic_fec_corrected_blocks_total", "counter",
+                              "FEC codewords received with errors and corrected.", DEV)
+NIC_FEC_UNCORRECTABLE_BLOCKS = _m("gpunet_nic_fec_uncorrectable_blocks_total", "counter",
+                                  "FEC codewords received with more errors than FEC corrects: frames lost.", DEV)
+# InfiniBand's congestion signal: with credit-based flow control there are no pause frames.
+NIC_TRANSMIT_WAIT = _m("gpunet_nic_transmit_wait_ticks_total", "counter",
+                       "InfiniBand port_xmit_wait: sampling ticks in which the port had data to send but no credit "
+                       "from its peer (the credit-based analogue of receiving PFC pauses; the tick is the HCA's).",
+                       DEV)
 NIC_RDMA_OUT_OF_BUFFER = _m("gpunet_nic_rdma_out_of_buffer_total", "counter",
                             "RDMA packets dropped because no receive WQE was posted.", DEV)
 NIC_FABRIC = _m("gpunet_nic_fabric", "gauge",

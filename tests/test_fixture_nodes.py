@@ -260,3 +260,25 @@ def test_a_source_that_blocks_costs_only_its_collector(node_copy):
     finally:
         with open(stat, "w"):  # release the blocked reader
             pass
+
+
+def test_phy_health_and_ib_transmit_wait_are_the_drivers_counters():
+    """Symbol errors, FEC and link-down events as each driver names them (bnxt: all of them;
+    mlx5: no FEC blocks in ethtool -S), and InfiniBand's port_xmit_wait and symbol_error."""
+    bnxt = ethtool(FIXTURES / "bnxt", "ens3f0np0")
+    node = Node(FIXTURES / "bnxt").tick()
+    assert node.value("gpunet_nic_symbol_errors_total", device="ens3f0np0") == bnxt["rx_pcs_symbol_err"]
+    assert node.value("gpunet_nic_fec_corrected_bit_errors_total", device="ens3f0np0") == bnxt["rx_corrected_bits"]
+    assert node.value("gpunet_nic_fec_corrected_blocks_total", device="ens3f0np0") == bnxt["rx_fec_corrected_blocks"]
+    assert node.value("gpunet_nic_fec_uncorrectable_blocks_total",
+                      device="ens3f0np0") == bnxt["rx_fec_uncorrectable_blocks"]
+    assert node.value("gpunet_nic_link_downed_total", device="ens3f0np0") == bnxt["link_down_events"]
+    mlx5 = ethtool(FIXTURES / "roce-mlx5", "ens1f0np0")
+    node = Node(FIXTURES / "roce-mlx5").tick()
+    assert node.value("gpunet_nic_fec_corrected_bit_errors_total", device="ens1f0np0") == mlx5["rx_corrected_bits_phy"]
+    assert node.value("gpunet_nic_link_downed_total", device="ens1f0np0") == mlx5["link_down_events_phy"]
+    assert not node.series("gpunet_nic_fec_corrected_blocks_total")  # mlx5 keeps them out of ethtool -S
+    counters = FIXTURES / "ib-mlx5" / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "counters"
+    node = Node(FIXTURES / "ib-mlx5").tick()
+    assert node.value("gpunet_nic_transmit_wait_ticks_total", device="ib0") == int((counters / "port_xmit_wait").read_text())
+    assert node.value("gpunet_nic_symbol_errors_total", device="ib0") == int((counters / "symbol_error").read_text())

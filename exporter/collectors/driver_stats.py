@@ -1,5 +1,6 @@
-"""Driver statistics (ethtool -S) beyond the wire: pause durations, discards, errors.
-Pause frames and wire bytes come from the same source but at the fast tick (wire.py)."""
+"""Driver statistics (ethtool -S) beyond the wire: pause durations, discards, errors, and
+PHY health (symbol errors, FEC, link-down events). Pause frames and wire bytes come from
+the same source but at the fast tick (wire.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ from exporter.readers.ethtool import DriverStatsReader
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
 from exporter.vendors import GENERIC, counters_for, pick
-from gpunet.contract import NIC_PFC_PAUSE_DURATION, NIC_RECEIVE_DISCARDS, NIC_RECEIVE_ERRORS, NIC_TRANSMIT_DISCARDS
+from gpunet.contract import (
+    NIC_FEC_CORRECTED_BIT_ERRORS,
+    NIC_FEC_CORRECTED_BLOCKS,
+    NIC_FEC_UNCORRECTABLE_BLOCKS,
+    NIC_LINK_DOWNED,
+    NIC_PFC_PAUSE_DURATION,
+    NIC_RECEIVE_DISCARDS,
+    NIC_RECEIVE_ERRORS,
+    NIC_SYMBOL_ERRORS,
+    NIC_TRANSMIT_DISCARDS,
+)
 
 
 class DriverStatsCollector:
@@ -42,7 +53,12 @@ class DriverStatsCollector:
                                           stats[name] / table.pause_duration_units_per_second))
             for names, metric in ((table.rx_discards, NIC_RECEIVE_DISCARDS),
                                   (table.tx_discards, NIC_TRANSMIT_DISCARDS),
-                                  (table.rx_errors, NIC_RECEIVE_ERRORS)):
+                                  (table.rx_errors, NIC_RECEIVE_ERRORS),
+                                  (table.symbol_errors, NIC_SYMBOL_ERRORS),
+                                  (table.fec_corrected_bit_errors, NIC_FEC_CORRECTED_BIT_ERRORS),
+                                  (table.fec_corrected_blocks, NIC_FEC_CORRECTED_BLOCKS),
+                                  (table.fec_uncorrectable_blocks, NIC_FEC_UNCORRECTABLE_BLOCKS),
+                                  (table.link_down_events, NIC_LINK_DOWNED)):
                 value = pick(stats, names)
                 if value is not None:
                     samples.append(Sample(metric, labels, value))
@@ -50,4 +66,5 @@ class DriverStatsCollector:
 
 
 register("driver_stats", "slow", lambda setup: DriverStatsCollector(setup.root),
-         help="driver statistics (ethtool -S): pause durations, discards, errors")
+         help="driver statistics (ethtool -S): pause durations, discards, errors, PHY health (symbol errors, FEC, "
+              "link-down events)")

@@ -17,14 +17,17 @@ from gpunet.contract import (
     NIC_RDMA_OUT_OF_BUFFER,
     NIC_RECEIVE_DISCARDS,
     NIC_RECEIVE_ERRORS,
+    NIC_SYMBOL_ERRORS,
     NIC_TRANSMIT_DISCARDS,
+    NIC_TRANSMIT_WAIT,
 )
 
 # InfiniBand PortCounters, the same on every HCA. On Ethernet ports the driver's own
 # statistics say these things better, so they are read on InfiniBand ports only.
 IB_PORT_COUNTERS = (("port_rcv_errors", NIC_RECEIVE_ERRORS), ("link_downed", NIC_LINK_DOWNED),
                     ("port_xmit_discards", NIC_TRANSMIT_DISCARDS),
-                    ("excessive_buffer_overrun_errors", NIC_RECEIVE_DISCARDS))
+                    ("excessive_buffer_overrun_errors", NIC_RECEIVE_DISCARDS),
+                    ("symbol_error", NIC_SYMBOL_ERRORS), ("port_xmit_wait", NIC_TRANSMIT_WAIT))
 
 
 class RdmaCollector:
@@ -57,9 +60,12 @@ class RdmaCollector:
                 pc = rdma_reader.read_counters(self.root, nic.rdma, rdma_reader.PORT_COUNTERS, names, errors)
                 for name, metric in IB_PORT_COUNTERS:
                     if name in pc:
-                        samples.append(Sample(metric, labels, pc[name]))  # PortCounters saturate, never wrap
+                        # PortCounters saturate, never wrap (a saturated 32-bit port_xmit_wait stops rising:
+                        # kernels with extended counters read it 64 bits wide).
+                        samples.append(Sample(metric, labels, pc[name]))
         return samples
 
 
 register("rdma", "slow", lambda setup: RdmaCollector(setup.root),
-         help="RDMA port counters: ECN marks, CNPs, loss events, out-of-buffer, InfiniBand PortCounters")
+         help="RDMA port counters: ECN marks, CNPs, loss events, out-of-buffer, InfiniBand PortCounters "
+              "(incl. port_xmit_wait, symbol errors)")
