@@ -390,6 +390,67 @@ def test_kubernetes_job_relabeling_in_a_real_prometheus(tmp_path):
     assert len(data["droppedTargets"]) == 3
 
 
+def _operator_job(kind: str, pods: Path) -> dict:
+    """The scrape job the Prometheus Operator makes of our ServiceMonitor or PodMonitor, as far
+    as relabeling goes: its own rules first (keep the selected pods and the named port; set
+    namespace, pod and job), then the monitor's `relabelings`, translated to Prometheus'
+    snake_case. What is tested is that the monitors' own rules name each target by its node."""
+    monitor = manifest(kind)
+    endpoint = (monitor["spec"].get("endpoints") or monitor["spec"]["podMetricsEndpoints"])[0]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    keep = [{"source_labels": [f"__meta_kubernetes_pod_label_{re.sub(r'[^a-zA-Z0-9_]', '_', k)}"], "regex": v,
+             "action": "keep"} for k, v in selector.items()]
+    keep.append({"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": endpoint["port"],
+                 "action": "keep"})
+    operator = [{"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+                {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+                {"target_label": "job", "replacement": selector["app.kubernetes.io/name"]}]
+    snake = {"sourceLabels": "source_labels", "targetLabel": "target_label", "action": "action", "regex": "regex",
+             "replacement": "replacement", "separator": "separator"}
+    user = [{snake[k]: v for k, v in rule.items()} for rule in endpoint.get("relabelings", [])]
+    return {"job_name": f"{kind.lower()}/gpunet", "scrape_interval": "1h", "file_sd_configs": [{"files": [str(pods)]}],
+            "relabel_configs": keep + operator + user}
+
+
+@pytest.mark.prometheus
+def test_every_way_of_scraping_names_the_node_as_instance(tmp_path):
+    """The plain kubernetes job, the ServiceMonitor and the PodMonitor, run by one real
+    Prometheus over the same fake pods: each target's `instance` is its node's name (not the
+    pod's IP:port), so alerts and diagnoses read the same names whichever way the cluster
+    scrapes."""
+    if not shutil.which("prometheus"):
+        pytest.skip("prometheus not installed")
+    import json
+
+    from procs import http_get, start_prometheus, wait_for
+
+    pod_labels = manifest("DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    port = container()["ports"][0]["name"]
+    pods = tmp_path / "pods.yml"
+    pods.write_text(yaml.safe_dump([_pod_target("ours", pod_labels, port), _pod_target("mine", pod_labels, port)]))
+    (plain,) = [j for j in scrape_configs() if "kubernetes_sd_configs" in j]
+    plain.pop("kubernetes_sd_configs")
+    plain.update(file_sd_configs=[{"files": [str(pods)]}], scrape_interval="1h")
+    jobs = [plain, _operator_job("ServiceMonitor", pods), _operator_job("PodMonitor", pods)]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({"scrape_configs": jobs}))
+    proc, url = start_prometheus([f"--config.file={tmp_path / 'prometheus.yml'}",
+                                  f"--storage.tsdb.path={tmp_path / 'data'}"], tmp_path / "prometheus.log")
+    try:
+        def active():
+            targets = json.loads(http_get(url + "/api/v1/targets")[2])["data"]["activeTargets"]
+            return targets if len(targets) == 6 else None
+
+        targets = wait_for(active, timeout=15, what="all targets discovered")
+    finally:
+        proc.stop()
+    by_job: dict[str, set] = {}
+    for t in targets:
+        by_job.setdefault(t["scrapePool"], set()).add((t["labels"]["instance"], t["labels"]["node"]))
+    assert len(by_job) == 3
+    for job, names in by_job.items():
+        assert names == {("node-ours", "node-ours"), ("node-mine", "node-mine")}, (job, names)
+
+
 # ---- (4) systemd unit -----------------------------------------------------------------------
 
 def unit_directives() -> dict[str, list[str]]:
