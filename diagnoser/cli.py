@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from diagnoser.analysis.capacity import ModelSize
@@ -65,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-on-findings", action="store_true",
                    help="exit 3 when the verdict is findings, 4 when it is inconclusive (0: healthy)")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
+    p.add_argument("--grafana-url", metavar="URL", default=os.environ.get("GPUNET_GRAFANA_URL"),
+                   help="your Grafana (with gpunet's dashboards imported): each finding links to the dashboard, "
+                        "nodes and span that show it (default $GPUNET_GRAFANA_URL)")
     p.add_argument("--audit", action="store_true",
                    help="only the configuration audit (PFC/ECN, NUMA, PCIe, speeds, MTU, bonds); fast")
     cost = p.add_argument_group("capacity and cost")
@@ -88,6 +92,8 @@ def usage_problem(args: argparse.Namespace) -> str | None:
                 parse(value)
         except ValueError as e:
             return f"{flag}: {e}"
+    if args.grafana_url and not re.fullmatch(r"https?://[^\s/?#]+[^\s?#]*", args.grafana_url):
+        return f"--grafana-url {args.grafana_url}: expected http(s)://host[/path]"
     if args.html:
         folder = os.path.dirname(os.path.abspath(args.html))
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
@@ -107,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                     start=args.start, end=args.end, nccl=tuple(args.nccl),
                     connection=Connection(args.bearer_token_file, args.basic_auth_user, args.ca_file, args.timeout))
     options = Options(job=args.job, model=ModelSize(args.model_params, args.bytes_per_param) if args.model_params
-                      else None, gpu_hour_price=args.gpu_hour_price, currency=args.currency, charts=bool(args.html))
+                      else None, gpu_hour_price=args.gpu_hour_price, currency=args.currency, charts=bool(args.html),
+                      grafana_url=args.grafana_url)
 
     def progress(message: str) -> None:
         print(f"diagnose: {message}", file=sys.stderr)

@@ -10,6 +10,7 @@ its findings are reported under its name.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from urllib.parse import urlencode
 
 import pandas as pd
 
@@ -50,6 +51,7 @@ class Options:
     gpu_hour_price: float | None = None
     currency: str = ""
     charts: bool = False  # carry the series the HTML report draws
+    grafana_url: str | None = None  # link each finding to the dashboard that shows it
 
 
 @dataclass
@@ -99,7 +101,25 @@ def diagnose_frame(frame: Frame, options: Options = Options(), nccl: pd.DataFram
         _only(report, options.job)
     if options.charts:
         _add_charts(report, per_job)
+    if options.grafana_url:
+        for f in report.findings:
+            f.grafana_url = grafana_link(options.grafana_url, f)
     return report
+
+
+# The committed dashboards' uids (dashboards/build.py) and the margin shown around a finding.
+NODE_DASHBOARD, CLUSTER_DASHBOARD = "gpunet-node", "gpunet-cluster"
+LINK_MARGIN_S = 300
+
+
+def grafana_link(base: str, finding: Finding) -> str:
+    """The dashboard, nodes and span that show a finding: the node drill-down for one that
+    names nodes, the cluster overview for one that does not (a fabric-wide congestion)."""
+    params = [("from", str(int((finding.start - LINK_MARGIN_S) * 1000))),
+              ("to", str(int((finding.end + LINK_MARGIN_S) * 1000)))]
+    uid = NODE_DASHBOARD if finding.nodes else CLUSTER_DASHBOARD
+    params += [("var-instance", node) for node in finding.nodes]
+    return f"{base.rstrip('/')}/d/{uid}?{urlencode(params)}"
 
 
 def analyse(frame: Frame) -> _Diagnosis:

@@ -100,6 +100,41 @@ def test_a_window_without_data_says_where_the_data_is(server, served, victoria, 
     assert end >= last and end - last <= slack, (line, last)
 
 
+CONFIRMED = ["pfc_storm.om.gz", "two_incidents.om.gz", "link_degraded_flap.om.gz", "packet_loss_tcp.om.gz",
+             "gpu_throttle.om.gz", "network_bandwidth_25g.om.gz", "network_congestion.om.gz", "straggler_trickle.om.gz",
+             "host_bound.om.gz", "network_congestion_no_ecn.om.gz"]
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+@pytest.mark.parametrize("name", CONFIRMED)
+def test_each_findings_promql_shows_its_culprits_on_the_server(name, served):
+    """What on-call pastes into their Prometheus: every finding's `promql`, evaluated over the
+    finding's span on a real Prometheus holding the trace, returns data, with a series for
+    each culprit; and the Grafana link points at the node dashboard, the culprits and the span."""
+    import urllib.parse
+
+    from procs import http_get
+
+    trace = next(t for t in TRACES if t.name == name)
+    result = diagnose("--replay", str(trace), "--format", "json", "--grafana-url", "https://grafana.example.com")
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)["findings"]
+    assert found
+    url = served(trace)
+    for f in found:
+        query = urllib.parse.urlencode({"query": f["promql"], "start": f["start"], "end": f["end"], "step": 30})
+        status, _, body = http_get(f"{url}/api/v1/query_range?{query}", timeout=30)
+        doc = json.loads(body)
+        assert status == 200 and doc["status"] == "success", (f["promql"], body[:300])
+        shown = {r["metric"].get("instance") for r in doc["data"]["result"] if r["values"]}
+        assert set(f["nodes"]) <= shown and shown, (f["class"], f["nodes"], shown, f["promql"])
+        link = urllib.parse.urlsplit(f["grafana_url"])
+        params = urllib.parse.parse_qs(link.query)
+        assert link.path == ("/d/gpunet-node" if f["nodes"] else "/d/gpunet-cluster")
+        assert params.get("var-instance", []) == f["nodes"]
+        assert int(params["from"][0]) <= f["start"] * 1000 < f["end"] * 1000 <= int(params["to"][0])
+
+
 def test_unreachable_prometheus_is_one_line():
     from procs import free_port
     result = diagnose("--prometheus", f"http://admin:hunter2@127.0.0.1:{free_port()}", "--since", "1h")

@@ -8,6 +8,7 @@ import numpy as np
 from diagnoser.analysis.calibration import calibrated
 from diagnoser.analysis.features import Features
 from diagnoser.analysis.rules import rule
+from diagnoser.analysis.rules.base import confirm_query
 from diagnoser.model.findings import Incident
 from diagnoser.model.report import Cost, Finding, Summary, rounded
 
@@ -25,7 +26,7 @@ def findings_of(incidents: list[Incident], has_gpus: bool, job: str | None = Non
         out.append(Finding(i.cls, record.title, round(i.start, 3), round(i.end, 3), i.nodes, i.devices,
                            round(calibrated(i.confidence), 2), round(i.gpu_idle_seconds, 1) if has_gpus else None,
                            i.evidence, record.remediation, job, ongoing=i.end >= judged_until - 1e-6,
-                           score=i.confidence))
+                           score=i.confidence, promql=confirm_query(record, i.nodes)))
     return out
 
 

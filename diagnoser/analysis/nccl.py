@@ -27,6 +27,7 @@ from __future__ import annotations
 import pandas as pd
 
 from diagnoser.analysis.rules import RULES
+from diagnoser.analysis.rules.base import confirm_query
 from diagnoser.model.report import Finding
 
 SLOW = 0.7  # a rank at or below 70% of its communicator's median moved its share slowly
@@ -99,4 +100,5 @@ def annotate(findings: list[Finding], notes: list[str], records: pd.DataFrame, i
                                 NCCL_ONLY_CONFIDENCE, None,
                                 {"nccl_bus_bandwidth": {node: figure},
                                  "from": "NCCL inspector only: the node counters showed no cause"},
-                                record.remediation, job=(job_of.get(node, "?") if job_of else None)))
+                                record.remediation, job=(job_of.get(node, "?") if job_of else None),
+                                promql=confirm_query(record, [node])))

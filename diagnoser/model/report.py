@@ -37,6 +37,8 @@ class Finding:
     score: float = float("nan")  # the rules' own score, before calibration into `confidence`
     # Other jobs on the same fabric that waited on this cause (diagnoser/analysis/crossjob.py).
     victims: list[dict] = field(default_factory=list)
+    promql: str = ""  # the query that shows the finding's signal on the named nodes
+    grafana_url: str | None = None  # the dashboard, nodes and span that show it (--grafana-url)
 
     def to_dict(self) -> dict:
         doc: dict = {"job": self.job} if self.job is not None else {}
@@ -51,6 +53,10 @@ class Finding:
             doc["cost"] = self.cost
         if self.victims:
             doc["victims"] = self.victims
+        if self.promql:
+            doc["promql"] = self.promql
+        if self.grafana_url:
+            doc["grafana_url"] = self.grafana_url
         return doc
 
 

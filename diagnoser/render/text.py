@@ -129,7 +129,12 @@ def finding_lines(f: Finding, n: int, h: str = "", currency: str = "") -> list[s
         devices = f" ({', '.join(f.devices[:DEVICES_SHOWN])})" if f.devices else ""
         lines.append(f"{INDENT}culprits: {', '.join(f.nodes[:CULPRITS_SHOWN])}{devices}")
     lines += [f"{INDENT}- {key.replace('_', ' ')}: {_figure(value)}" for key, value in f.evidence.items()]
-    return lines + [f"{INDENT}what to do: {f.remediation}", ""]
+    lines.append(f"{INDENT}what to do: {f.remediation}")
+    if f.promql:
+        lines.append(f"{INDENT}confirm: {' '.join(f.promql.split())}")
+    if f.grafana_url:
+        lines.append(f"{INDENT}see: {f.grafana_url}")
+    return lines + [""]
 
 
 def _capacity(capacity: dict | None, h: str) -> list[str]:

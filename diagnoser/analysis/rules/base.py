@@ -8,6 +8,7 @@ the project knows about the class. Report, incidents, HTML and NCCL read that re
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -113,6 +114,9 @@ class BottleneckClass:
     """Everything the project knows about one bottleneck class."""
     name: str  # the contract's class name
     title: str  # for people
+    # The PromQL that shows on-call the class's signal, to confirm a finding on their own
+    # Prometheus or Grafana: $NODES stands for the finding's nodes (an instance regex).
+    confirm: str
     remediation: str  # what on-call should do
     check: Check
     localised: bool  # whether findings name culprit nodes (contract section 4)
@@ -140,6 +144,12 @@ class BottleneckClass:
     # Whether its effect reaches other jobs on the same fabric (a storm's pauses climb the
     # spine to every job behind the same switches; a slow node slows only its own job).
     reaches_other_jobs: bool = False
+
+
+def confirm_query(record: BottleneckClass, nodes: list[str]) -> str:
+    """The record's confirming PromQL for these nodes (every node where it names none)."""
+    pattern = "|".join(re.escape(n).replace("\\", "\\\\") for n in nodes) or ".+"
+    return record.confirm.replace("$NODES", pattern)
 
 
 # Peers, for rules that compare a node with the others of its job: fewer than this many

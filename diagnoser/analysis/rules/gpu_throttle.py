@@ -51,6 +51,7 @@ def throttled_gpus(gpu: pd.DataFrame, window: float, step: float, nodes: list[st
 RULE = BottleneckClass(
     name="gpu_throttle",
     title="GPU throttling",
+    confirm='max by (instance, reason) (rate(gpunet_gpu_throttled_seconds_total{instance=~"$NODES"}[5m]))',
     remediation=(
         "The named nodes' GPUs are clock-throttled and the rest of the job waits for them. Check cooling "
         "(inlet temperature, fans, airflow), power capping and the power brake (nvidia-smi -q -d PERFORMANCE), "

@@ -80,6 +80,7 @@ def _periodic(incidents: list[Incident], step: float) -> tuple[list[Incident], s
 RULE = BottleneckClass(
     name="host_bound",
     title="Host-bound (input/CPU/storage)",
+    confirm='avg by (instance) (rate(gpunet_gpu_idle_seconds_total{network_state="quiet", instance=~"$NODES"}[5m]))',
     remediation=(
         "GPUs idle while the network is quiet and no node stands out: the input pipeline, CPU or storage "
         "(or synchronous checkpointing) cannot keep up. More data-loader workers, prefetching and pinned "

@@ -74,6 +74,8 @@ def signature(node: pd.DataFrame) -> pd.Series:
 RULE = BottleneckClass(
     name="link_degraded",
     title="Degraded link",
+    confirm=('gpunet_nic_link_speed_bytes_per_second{instance=~"$NODES"} * on (instance, device) gpunet_nic_up\n'
+             'or increase(gpunet_nic_carrier_changes_total{instance=~"$NODES"}[5m])'),
     remediation=(
         "A link runs below its peers, went down, or flaps, and the synchronous job runs at its pace. Check the "
         "speed and width the port negotiated (ethtool / ibstat), reseat or replace the cable or optic (a "

@@ -51,6 +51,7 @@ def line_rate_time(g: pd.Series) -> float:
 RULE = BottleneckClass(
     name="network_bandwidth",
     title="Network bandwidth too low for the job",
+    confirm='max by (instance) (rate(gpunet_nic_saturated_seconds_total{instance=~"$NODES"}[5m]))',
     remediation=(
         "The links run at line rate while GPUs wait: the job needs more bandwidth per node than the fabric "
         "gives. Compare the links' measured load with the upgrade path 25G -> 100G -> 200G/400G per NIC, or add "

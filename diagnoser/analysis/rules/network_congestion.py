@@ -33,6 +33,9 @@ def check(w: WindowContext) -> Detection | None:
 RULE = BottleneckClass(
     name="network_congestion",
     title="Fabric congestion",
+    # ECN marks where the fabric marks; without ECN, the pauses the congested switches send.
+    confirm=('sum by (instance) (rate(gpunet_nic_ecn_marked_packets_total{instance=~"$NODES"}[5m]))\n'
+             'or sum by (instance) (rate(gpunet_nic_pfc_pause_frames_total{direction="receive", instance=~"$NODES"}[5m]))'),
     remediation=(
         "The fabric marks and pauses but does not fill the links: congestion in the switches. Check that ECN "
         "(DCQCN) is enabled end to end on the RoCE priority with sane marking thresholds, that PFC is on that "

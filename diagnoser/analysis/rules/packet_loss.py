@@ -85,6 +85,8 @@ def signature(node: pd.DataFrame) -> pd.Series:
 RULE = BottleneckClass(
     name="packet_loss",
     title="Packet loss",
+    confirm=('sum by (instance) (rate(gpunet_nic_rdma_loss_events_total{instance=~"$NODES"}[5m]))\n'
+             'or sum by (instance) (rate(gpunet_tcp_retransmitted_segments_total{instance=~"$NODES"}[5m]))'),
     remediation=(
         "Go-back-N retransmission (RoCE) or TCP retransmits are stalling the collectives. RoCE needs a "
         "lossless fabric: check PFC on the RoCE priority at every hop and the switch buffer drops. On the "

@@ -50,6 +50,7 @@ def check(w: WindowContext) -> Detection | None:
 RULE = BottleneckClass(
     name="pfc_storm",
     title="PFC storm",
+    confirm='sum by (instance) (rate(gpunet_nic_pfc_pause_frames_total{direction="transmit", instance=~"$NODES"}[5m]))',
     remediation=(
         "The named NIC keeps sending PFC pauses and freezes its neighbours. Drain the node or shut its switch "
         "port now; enable the switch's PFC watchdog (storm protection) fabric-wide. Then look at the host: a "

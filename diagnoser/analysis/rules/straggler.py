@@ -41,6 +41,7 @@ def check(w: WindowContext) -> Detection | None:
 RULE = BottleneckClass(
     name="straggler",
     title="Straggler node",
+    confirm='avg by (instance) (rate(gpunet_gpu_busy_seconds_total[5m]))',
     remediation=(
         "The named nodes compute slower with no throttle or network cause visible. Check CPU frequency and "
         "data-loader NUMA affinity, other processes on the node, GPU PCIe link width, memory errors (ECC, "
