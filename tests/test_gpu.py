@@ -144,18 +144,23 @@ def test_corrupt_nvml_json_takes_down_only_the_gpu_collectors(node_copy):
     assert node.value("gpunet_nic_transmit_bytes_total", device="ens1f0np0") is not None
 
 
+def skip_where_nvml_works() -> None:
+    """These tests are about machines whose NVML fails; a GPU machine skips them."""
+    import pynvml
+    try:
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        return
+    pytest.skip("this machine has a working NVIDIA driver")
+
+
 def test_a_host_without_the_nvidia_driver_runs_no_gpu_collector_and_says_so_once():
     import os
     import subprocess
 
-    import pynvml
     from procs import REPO, exporter_command
-    try:
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-        pytest.skip("this machine has an NVIDIA driver")
-    except pynvml.NVMLError:
-        pass
+    skip_where_nvml_works()
     result = subprocess.run(exporter_command("scrape", "--duration", "1.5"), cwd=REPO, capture_output=True,
                             text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stderr
@@ -170,16 +175,9 @@ def test_a_host_without_the_nvidia_driver_runs_no_gpu_collector_and_says_so_once
 def test_a_driver_that_is_there_but_fails_reports_the_gpu_collectors_down(tmp_path, monkeypatch):
     """/dev/nvidiactl present (here a stand-in file) but NVML failing: a GPU node whose driver
     is broken, which must show as collectors down."""
-    import pynvml
-
     from exporter import cli
     from exporter.readers.nvml import NvmlGpus
-    try:
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-        pytest.skip("this machine has a working NVIDIA driver")
-    except pynvml.NVMLError:
-        pass
+    skip_where_nvml_works()
     control = tmp_path / "nvidiactl"
     control.write_text("")
     monkeypatch.setattr(cli, "NVIDIA_DRIVER_PATHS", (str(control),))

@@ -102,9 +102,9 @@ def test_client_certificate_required(tmp_path, pki, exporter):
     config = tmp_path / "web.yml"
     write_config(config, pki, {}, client_auth="RequireAndVerifyClientCert")
     proc = exporter(config)
-    assert get(proc.url + "/healthz", pki, client_cert=True) == 200
+    assert get(proc.url + "/metrics", pki, client_cert=True) == 200
     with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionResetError)):
-        get(proc.url + "/healthz", pki, client_cert=False)
+        get(proc.url + "/metrics", pki, client_cert=False)
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
@@ -216,20 +216,21 @@ def test_a_client_ca_removed_by_sighup_loses_access_at_once(tmp_path, second_ca,
            "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(pki / "ca.crt")}
     write_yaml(config, {"tls_server_config": tls})
     proc = exporter(config)
-    assert status_with(proc.url + "/healthz", tls_client(pki, "client")) == 200
-    assert status_with(proc.url + "/healthz", tls_client(pki, "clientB")) == "refused"
+    assert status_with(proc.url + "/metrics", tls_client(pki, "client")) == 200
+    assert status_with(proc.url + "/metrics", tls_client(pki, "clientB")) == "refused"
     port = int(proc.url.rsplit(":", 1)[1])
     kept = http.client.HTTPSConnection("127.0.0.1", port, context=tls_client(pki, "client"), timeout=5)
-    kept.request("GET", "/healthz")
-    assert kept.getresponse().read() == b"ok\n"  # a keep-alive connection made under caA
+    kept.request("GET", "/metrics")
+    answer = kept.getresponse()
+    assert answer.status == 200 and answer.read()  # a keep-alive connection made under caA
 
     write_yaml(config, {"tls_server_config": {**tls, "client_ca_file": str(pki / "caB.crt")}})
     proc.popen.send_signal(signal.SIGHUP)
     wait_for(lambda: "reloaded" in proc.log(), what="reload")
-    assert status_with(proc.url + "/healthz", tls_client(pki, "client")) == "refused"
-    assert status_with(proc.url + "/healthz", tls_client(pki, "clientB")) == 200
+    assert status_with(proc.url + "/metrics", tls_client(pki, "client")) == "refused"
+    assert status_with(proc.url + "/metrics", tls_client(pki, "clientB")) == 200
     with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
-        kept.request("GET", "/healthz")
+        kept.request("GET", "/metrics")
         kept.getresponse().read()
     kept.close()
 
@@ -294,7 +295,7 @@ def test_every_honoured_key_takes_effect(tmp_path, second_ca, exporter):
                | {"http_server_config": {"headers": {"X-Frame-Options": "deny", "X-Content-Type-Options": "nosniff"}},
                   "rate_limit": {"interval": "10s", "burst": 4}})
     proc = exporter(config)
-    url = proc.url + "/healthz"
+    url = proc.url + "/metrics"
     assert status_with(url, tls_client(pki, "client")) == 403  # verified by the CA, but not an allowed SAN
     with urllib.request.urlopen(url, context=tls_client(pki, "scraper"), timeout=5) as r:
         assert r.status == 200
@@ -311,8 +312,8 @@ def test_min_version_tls13_refuses_tls12_clients(tmp_path, pki, exporter):
     config = tmp_path / "web.yml"
     write_yaml(config, tls_doc(pki, min_version="TLS13"))
     proc = exporter(config)
-    assert status_with(proc.url + "/healthz", tls_client(pki)) == 200
-    assert status_with(proc.url + "/healthz", tls_client(pki, maximum_version=ssl.TLSVersion.TLSv1_2)) == "refused"
+    assert status_with(proc.url + "/metrics", tls_client(pki)) == 200
+    assert status_with(proc.url + "/metrics", tls_client(pki, maximum_version=ssl.TLSVersion.TLSv1_2)) == "refused"
 
 
 def test_password_guessing_does_not_starve_scrapes(tmp_path, pki, exporter):
