@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Write a fixture tree (contract section 6) of a GPU node with 8 mlx5 RoCE ports.
+"""Write a fixture tree (tests/fixtures/nodes/README.md) of a GPU node with 8 mlx5 RoCE ports.
 
     python bench/make_fixture.py OUT_DIR [--ports 8] [--channels 32] [--template DIR]
 
 The tree is a *static* snapshot: nothing advances while an exporter reads it, so every
-rate it shows is zero and the exporter's parse caches stay warm (contract section 6).
+rate it shows is zero and the exporter's parse caches stay warm (tests/fixtures/nodes/README.md).
 
 Without --template the tree is generated from scratch: per port
 ``sys/class/net/<dev>/`` (statistics/, speed, operstate, carrier, ..., and ``device/`` as a

@@ -49,7 +49,7 @@ def non_negative(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="diagnose", description=__doc__.split("\n\n")[0], epilog=EXIT_STATUS)
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--replay", metavar="FILE", help="a trace (.om or .om.gz, contract section 3)")
+    src.add_argument("--replay", metavar="FILE", help="a trace (.om or .om.gz, docs/trace-format.md)")
     src.add_argument("--prometheus", metavar="URL", default=os.environ.get("GPUNET_PROMETHEUS_URL"),
                      help="a Prometheus HTTP API: Prometheus, VictoriaMetrics, Thanos, Mimir... "
                           "(default $GPUNET_PROMETHEUS_URL)")

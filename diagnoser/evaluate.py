@@ -1,4 +1,4 @@
-"""Scoring a diagnosis against ground truth (contract section 3 labels).
+"""Scoring a diagnosis against ground truth (docs/trace-format.md labels).
 
 A labelled incident is detected when a finding has the same class, overlaps it by at
 least half of the shorter of the two intervals, and, for localised classes, names every

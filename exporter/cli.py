@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out_dir", nargs="?", help="folder for 'snapshot'")
     p.add_argument("--listen", type=parse_listen, default=("0.0.0.0", DEFAULT_PORT),
                    help=f"address to serve on, [HOST]:PORT (default :{DEFAULT_PORT})")
-    p.add_argument("--root", default="/", help="read the machine through this folder (contract section 6); "
+    p.add_argument("--root", default="/", help="read the machine through this folder (tests/fixtures/nodes/README.md); "
                    "default /")
     p.add_argument("--fast-interval", type=seconds, default=0.2,
                    help="seconds between fast ticks: wire bytes, pauses, GPU activity (default 0.2)")
@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nic-exclude", type=regex, default=DEFAULT_EXCLUDE, metavar="REGEX",
                    help="do not export NICs matching this (default: loopback and container plumbing)")
     p.add_argument("--gpu-fixture", default=None, metavar="NVML_JSON",
-                   help="read GPUs from this nvml.json (contract section 6) while reading the real network: "
+                   help="read GPUs from this nvml.json (tests/fixtures/nodes/README.md) while reading the real network: "
                         "for tests and demos")
     p.add_argument("--no-gpu", action="store_true",
                    help="do not collect GPU metrics (a node without GPUs): turns off every collector that needs "

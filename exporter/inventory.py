@@ -1,7 +1,7 @@
 """Which NIC ports the node has, and what they are.
 
 A NIC port is a netdev (with or without an RDMA device behind it) or an RDMA port with no
-netdev, named ``<rdma_device>:<port>`` (contract section 1). Discovery runs on the slow
+netdev, named ``<rdma_device>:<port>`` (docs/metrics.md). Discovery runs on the slow
 tick, so NICs that come and go are followed.
 """
 

@@ -1,7 +1,7 @@
 """What the network did in each fast tick: saturated seconds and the node's network_state.
 
 A 15 s scrape averages a 300 ms all-reduce burst at line rate into a modest rate; counting
-at the fast tick keeps it (contract section 2). Computed from the wire collector's samples
+at the fast tick keeps it (docs/metrics.md). Computed from the wire collector's samples
 after they were made monotonic, so a counter reset never reads as a burst.
 """
 

@@ -1,4 +1,4 @@
-"""Every read of the machine goes through a Root (contract section 6).
+"""Every read of the machine goes through a Root (tests/fixtures/nodes/README.md).
 
 The root is ``/`` on a live node, or a folder that stands in for a node in tests, bug
 reports and demos. Paths inside it are the machine's own (``sys/class/net/...``).

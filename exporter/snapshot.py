@@ -1,4 +1,4 @@
-"""`gpunet-exporter snapshot OUT_DIR`: write this node as a fixture folder (contract section 6).
+"""`gpunet-exporter snapshot OUT_DIR`: write this node as a fixture folder (tests/fixtures/nodes/README.md).
 
 The folder holds every file the exporter reads, copied, plus the driver statistics in
 the text form of `ethtool -S`, so a user can attach their node to a bug report and the
@@ -66,7 +66,7 @@ class _Writer:
 
 
 def gpu_document(gpus) -> dict:
-    """nvml.json (contract section 6) from an opened GPU backend's current readings."""
+    """nvml.json (tests/fixtures/nodes/README.md) from an opened GPU backend's current readings."""
     doc = {"driver_version": gpus.open(), "gpus": []}
     xids = gpus.xid_counts()
     for ident in gpus.gpus():

@@ -24,7 +24,7 @@ class MetricSpec:
     contract: bool = False
 
     def __post_init__(self) -> None:
-        # Conventions of contract section 1, checked when the module is imported.
+        # Conventions of docs/metrics.md, checked when the module is imported.
         assert self.name.startswith("gpunet_"), self.name
         assert (self.type == "counter") == self.name.endswith("_total"), self.name
 
@@ -46,7 +46,7 @@ def _m(name: str, type_: MetricType, help_: str, labels: tuple[str, ...] = (), c
 
 DEV = ("device",)
 
-# --- NIC (contract section 2) -------------------------------------------------------------
+# --- NIC (docs/metrics.md) -------------------------------------------------------------
 NIC_INFO = _m("gpunet_nic_info", "gauge", "One per NIC port; empty string where unknown.",
               ("device", "rdma_device", "port", "driver", "link_layer", "numa_node", "pci_address"), True)
 NIC_LINK_SPEED = _m("gpunet_nic_link_speed_bytes_per_second", "gauge", "Negotiated link speed.", DEV, True)
@@ -76,8 +76,9 @@ NIC_SATURATED_SECONDS = _m("gpunet_nic_saturated_seconds_total", "counter",
 
 # --- NIC extras ----------------------------------------------------------------------------
 NODE_NETWORK_STATE_SECONDS = _m("gpunet_node_network_state_seconds_total", "counter",
-                                 "Time the node's training-fabric NICs spent in each network_state (contract "
-                                 "section 2), at the fast tick.", ("network_state",))
+                                 "Time the node's training-fabric NICs spent in each network_state (paused, "
+                                 "saturated, active or quiet: the first that holds), at the fast tick.",
+                                 ("network_state",))
 NODE_NETWORK_BURSTS = _m("gpunet_node_network_bursts_total", "counter",
                           "Times the node's training fabric went from quiet to busier (>= 5% of link speed, or "
                           "paused) at the fast tick: communication phases (all-reduce bursts) that a quiet tick "
@@ -150,14 +151,14 @@ BOND_INFO = _m("gpunet_bond_info", "gauge", "One per bonding device: its mode an
 BOND_MEMBER_UP = _m("gpunet_bond_member_up", "gauge",
                     "One per member of a bond: 1 when its MII status is up, else 0.", ("bond", "device"))
 
-# --- TCP (contract section 2, plus extras) -------------------------------------------------
+# --- TCP (docs/metrics.md, plus extras) -------------------------------------------------
 TCP_RETRANSMITTED = _m("gpunet_tcp_retransmitted_segments_total", "counter", "TCP RetransSegs of the node.",
                        (), True)
 TCP_SENT = _m("gpunet_tcp_sent_segments_total", "counter", "TCP OutSegs of the node.", (), True)
 TCP_RECEIVED = _m("gpunet_tcp_received_segments_total", "counter", "TCP InSegs of the node.")
 TCP_TIMEOUTS = _m("gpunet_tcp_timeouts_total", "counter", "TCP retransmission timeouts (TcpExt TCPTimeouts).")
 
-# --- GPU (contract section 2) --------------------------------------------------------------
+# --- GPU (docs/metrics.md) --------------------------------------------------------------
 GPU_INFO = _m("gpunet_gpu_info", "gauge", "One per GPU.", ("gpu", "uuid", "model", "pci_address", "numa_node"), True)
 GPU_UTILIZATION = _m("gpunet_gpu_utilization_ratio", "gauge",
                      "Latest NVML utilization (time a kernel ran / sample period).", ("gpu",), True)

@@ -1,4 +1,4 @@
-"""Replay traces (contract section 3): OpenMetrics text with a timestamp on every sample.
+"""Replay traces (docs/trace-format.md): OpenMetrics text with a timestamp on every sample.
 
     # TYPE gpunet_nic_transmit_bytes counter
     # HELP gpunet_nic_transmit_bytes Bytes sent on the wire, RDMA included.

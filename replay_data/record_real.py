@@ -44,7 +44,7 @@ Traces (each: --lead s healthy, --incident s of the fault, --tail s healthy):
 
 After each run the recorded window is exported with ``gpunet-trace export`` (run inside the
 mgmt namespace) into OUTDIR/NAME.om.gz, the ground truth is written to NAME.labels.json
-(contract section 3), the trace is loaded back with ``gpunet-trace load`` as a check, and
+(docs/trace-format.md), the trace is loaded back with ``gpunet-trace load`` as a check, and
 a short summary computed from the trace itself is printed.
 """
 

@@ -13,6 +13,14 @@ def test_docs_metrics_is_generated_from_the_contract_module():
     assert (REPO / "docs" / "metrics.md").read_text() == contract.metrics_markdown()
 
 
+def test_the_class_catalogue_is_the_rules_own():
+    from diagnoser.analysis.rules import RULES, classes_markdown
+
+    text = (REPO / "docs" / "classes.md").read_text()
+    assert text == classes_markdown(), "docs/classes.md is stale: python -m diagnoser.analysis.rules > docs/classes.md"
+    assert all(f"## `{name}`" in text for name in RULES) and len(RULES) == 8
+
+
 def test_every_metric_of_the_contract_document_is_defined_with_its_labels():
     if not SPEC.exists():
         import pytest

@@ -56,7 +56,7 @@ def assert_per_job(doc: dict, labels: dict, attributed: bool) -> None:
             [(waited["cause_job"], waited["class"], waited["nodes"])], victim
         cause = next(f for f in doc["findings"] if f["job"] == waited["cause_job"] and f["class"] == waited["class"])
         assert [v["job"] for v in cause["victims"]] == [waited["job"]]
-    # contract section 5 keys stay, with a job on each finding
+    # docs/diagnose.md keys stay, with a job on each finding
     assert {"source", "start", "end", "nodes", "gpus", "gpu_idle_fraction", "findings"} <= doc.keys()
     assert doc["nodes"] == sum(len(v) for v in truth_jobs.values())
     for j in doc["jobs"]:

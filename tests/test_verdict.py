@@ -1,4 +1,4 @@
-"""No verdict without the data for it (contract section 5): each way a window can lack what
+"""No verdict without the data for it (docs/diagnose.md): each way a window can lack what
 a verdict needs gives `inconclusive` with a reason that says what is missing and what was
 seen, findings and `inconclusive` never appear together, the exit status follows the
 verdict, and every document matches the committed JSON Schema.

@@ -1,4 +1,4 @@
-"""Classification: for each window, which bottleneck classes (contract section 4) hold, on
+"""Classification: for each window, which bottleneck classes (docs/classes.md) hold, on
 which nodes, with what evidence.
 
 The rules live one per class in `rules/`; this module builds each window's context (the

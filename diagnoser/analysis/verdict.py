@@ -1,4 +1,4 @@
-"""The verdict (contract section 5): findings, healthy, or inconclusive, and why.
+"""The verdict (docs/diagnose.md): findings, healthy, or inconclusive, and why.
 
 "Healthy" is a claim: that the window held what the rules need and none of them held. When
 the data cannot carry that claim, the diagnosis says what was missing or contradictory

@@ -1,6 +1,6 @@
 """The report as data: typed findings, job summaries and the document of `diagnose`.
 
-`Report.to_dict()` is the JSON document (contract section 5); the renderers (text,
+`Report.to_dict()` is the JSON document (docs/diagnose.md); the renderers (text,
 markdown, HTML) read these types and nothing else. The charts the HTML draws travel with
 the report as plain series, so rendering reads no analysis internals.
 """
@@ -13,14 +13,14 @@ import numpy as np
 
 from gpunet.window import rfc3339
 
-# The verdicts of contract section 5.
+# The verdicts of docs/diagnose.md.
 FINDINGS, HEALTHY, INCONCLUSIVE = "findings", "healthy", "inconclusive"
 
 
 @dataclass
 class Finding:
     """One root cause over one span of time."""
-    cls: str  # contract section 4 class
+    cls: str  # docs/classes.md class
     title: str  # the class's title, for people
     start: float
     end: float
@@ -180,7 +180,7 @@ class Report:
     has_gpus: bool = True
     gpu_time_chart: GpuTimeChart | None = None
     culprit_charts: list[CulpritChart] = field(default_factory=list)
-    # findings | healthy | inconclusive (contract section 5); the reasons only with inconclusive
+    # findings | healthy | inconclusive (docs/diagnose.md); the reasons only with inconclusive
     verdict: str = HEALTHY
     inconclusive_reasons: list[str] = field(default_factory=list)
 

@@ -1,4 +1,4 @@
-"""The report rendered: text and markdown for people, JSON for scripts (contract section 5),
+"""The report rendered: text and markdown for people, JSON for scripts (docs/diagnose.md),
 a self-contained HTML page with charts."""
 
 from __future__ import annotations

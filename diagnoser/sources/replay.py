@@ -1,4 +1,4 @@
-"""Read a replay trace (contract section 3) fast, streaming, family by family.
+"""Read a replay trace (docs/trace-format.md) fast, streaming, family by family.
 
 The prometheus_client parser costs tens of microseconds a sample; this reader leans on
 the trace's shape instead: a series' samples are contiguous, so a line is split once

@@ -3,7 +3,7 @@
 Both backends answer the same questions (which GPUs, their activity now, their details,
 XID events since last asked) in plain values; the collectors make samples of them.
 
-nvml.json (contract section 6) may also hold, per GPU, ``power_w``, ``temperature_c``,
+nvml.json (tests/fixtures/nodes/README.md) may also hold, per GPU, ``power_w``, ``temperature_c``,
 ``memory_used_bytes``, ``memory_total_bytes``, ``pcie_tx_bytes_per_second``,
 ``pcie_rx_bytes_per_second``, ``gpm`` ({sm_active, sm_occupancy, tensor_active} ratios),
 ``xid_errors`` ({xid: count so far}), and, to stand in for failures, ``lost`` (the GPU

@@ -1,5 +1,5 @@
 """Cluster simulator: labelled replay traces of data-parallel training on a GPU cluster,
-with the faults of contract section 4 and the confounders that must not be mistaken for them.
+with the faults of docs/classes.md and the confounders that must not be mistaken for them.
 
     from gpunet.simulate import simulate, SimSpec
     result = simulate(SimSpec(...))      # or the CLI: gpunet-simulate --help

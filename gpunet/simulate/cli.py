@@ -3,7 +3,7 @@
     gpunet-simulate --nodes 16 --gpus 8 --nics 4 --nic-speed 200G --duration 1h --scrape 15s \\
         --seed 1 --fault pfc_storm:start=20m,dur=10m,nodes=1 OUT.om.gz
 
-writes OUT.om.gz (OpenMetrics with timestamps, contract section 3) and OUT.labels.json (the
+writes OUT.om.gz (OpenMetrics with timestamps, docs/trace-format.md) and OUT.labels.json (the
 incidents injected: class, start, end, culprit instances).
 """
 

@@ -1,6 +1,6 @@
 """The cluster's identity: instance names, NIC ports and GPUs, as the exporter would label them.
 
-Device names follow what the exporter reports on real machines (contract section 1):
+Device names follow what the exporter reports on real machines (docs/metrics.md):
 ConnectX RoCE ports are netdevs ``ens<slot>f<fn>np<fn>`` with RDMA devices ``mlx5_<n>``,
 the management NIC a plain netdev (``eno1``, no RDMA, so not part of the training fabric).
 """

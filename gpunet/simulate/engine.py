@@ -48,7 +48,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
 
     def labels(self) -> dict:
-        """Ground truth, contract section 3."""
+        """Ground truth, docs/trace-format.md."""
         incidents = []
         for f in self.faults:
             if f.spec.variant == FROM_OUTSIDE:  # the source's job holds the incident (multijob --shared-fabric)

@@ -1,4 +1,4 @@
-"""Fault classes (contract section 4) and the conditions they change, with why each counter
+"""Fault classes (docs/classes.md) and the conditions they change, with why each counter
 signature looks as it does.
 
 Each fault is an Effect: a window [start, end), the culprit nodes and NICs, and `apply`,

@@ -11,7 +11,7 @@ share one spine-leaf fabric, so that a PFC storm from one job's node pauses and 
 links of every other job too (the same storm, as a victim sees it). The nodes are then given
 distinct hostnames of one style, spread over the cluster at random (jobs are not placed in
 name order on real clusters), and the series merged into one trace with each metric
-family contiguous (contract section 3). Every GPU gets its gpunet_gpu_workload_info series
+family contiguous (docs/trace-format.md). Every GPU gets its gpunet_gpu_workload_info series
 (source kubernetes), unless --no-workload-info: then only behaviour tells the jobs apart.
 
 labels.json: the incidents of every job, each with a `job` key, and `jobs`: each job's
@@ -129,7 +129,7 @@ def generate(argv: list[str]) -> dict:
 
 
 def write(results: list, out: str, workload_info: bool, namespace: str, compresslevel: int) -> dict:
-    """Every family once, its series from every job's nodes (contract section 3)."""
+    """Every family once, its series from every job's nodes (docs/trace-format.md)."""
     from gpunet.simulate.output import FAMILIES, _format
 
     families = list(FAMILIES) + ([(C.GPU_WORKLOAD_INFO, "int")] if workload_info else [])

@@ -1,4 +1,4 @@
-"""Writing a simulation as a replay trace (contract section 3) and its ground truth."""
+"""Writing a simulation as a replay trace (docs/trace-format.md) and its ground truth."""
 
 from __future__ import annotations
 

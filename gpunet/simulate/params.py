@@ -125,7 +125,7 @@ class ScrapeParams:
 
 @dataclass
 class FaultSpec:
-    """One incident: a bottleneck class of contract section 4 during [start, start+duration).
+    """One incident: a bottleneck class of docs/classes.md during [start, start+duration).
 
     nodes: how many culprits (localised classes); culprits: explicit node indices (0-based)
     instead; variant: class-specific flavour; strength: class-specific magnitude (None: the

@@ -21,7 +21,7 @@ The fast tick: cumulative bytes, active time and GPU busy time are piecewise lin
 time (constant rates between step phase boundaries), so their value at each 0.2 s tick
 edge is an exact np.interp over the breakpoints; per-tick differences then give exactly
 what the exporter's tick sees (bytes in the tick / tick / link speed, busy seconds in the
-tick), and network_state per tick follows contract section 2. Nothing loops per tick.
+tick), and network_state per tick follows docs/metrics.md. Nothing loops per tick.
 """
 
 from __future__ import annotations
@@ -241,5 +241,5 @@ def gpu_busy_cumulative(sched: Schedule, node: int, edges: np.ndarray) -> np.nda
 
 
 def network_state(paused: np.ndarray, saturated: np.ndarray, active: np.ndarray) -> np.ndarray:
-    """Per tick, contract section 2: paused > saturated > active > quiet."""
+    """Per tick, docs/metrics.md: paused > saturated > active > quiet."""
     return np.where(paused, PAUSED, np.where(saturated, SATURATED, np.where(active, ACTIVE, QUIET))).astype(np.int8)

@@ -5,7 +5,7 @@ targets over the interval), a few milliseconds late or early (jitter); a scrape 
 (missing sample for every series of the target); an exporter restart costs a few scrapes and
 resets the exporter's derived counters (busy/idle/throttled/saturated/state seconds: they
 restart at 0), while counters read from the system (NIC bytes, pauses, TCP) go on from the
-system's value, as contract section 2 says. A node that joins (or leaves) monitoring has
+system's value, as docs/metrics.md says. A node that joins (or leaves) monitoring has
 series that start (or end) mid-trace.
 
 The exporter serves what its last fast tick computed, so a scrape at time t returns the

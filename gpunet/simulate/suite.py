@@ -133,7 +133,7 @@ def readme(rows: list[dict]) -> str:
     lines = [
         "## Simulated traces",
         "",
-        "Simulated traces (contract section 3) with their ground truth, for the diagnoser's tests.",
+        "Simulated traces (docs/trace-format.md) with their ground truth, for the diagnoser's tests.",
         "Each `NAME.om.gz` is OpenMetrics with a timestamp on every sample; `NAME.labels.json` lists",
         "the injected incidents (class, start, end, culprit instances) and, in `notes`, the exact",
         "command, the culprit devices/GPUs and the confounders present.",

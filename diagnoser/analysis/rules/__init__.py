@@ -1,5 +1,8 @@
-"""The bottleneck classes of contract section 4, one module each; `RULES` in the order
-they run in a window (each after the rules its record names in `after`)."""
+"""The bottleneck classes (docs/classes.md), one module each; `RULES` in the order they
+run in a window (each after the rules its record names in `after`).
+
+    python -m diagnoser.analysis.rules > docs/classes.md   # the catalogue, from the records
+"""
 
 from __future__ import annotations
 
@@ -51,3 +54,26 @@ def rule(name: str) -> BottleneckClass:
         return RULES[name]
     except KeyError:
         raise KeyError(f"no bottleneck class {name!r}; known: {', '.join(RULES)}") from None
+
+
+def classes_markdown() -> str:
+    """docs/classes.md: each class as its module and record say it (a test keeps them equal)."""
+    import sys
+
+    lines = ["# Bottleneck classes", "",
+             "What `diagnose` names, one class per module of `diagnoser/analysis/rules/`; generated from them",
+             "(`python -m diagnoser.analysis.rules > docs/classes.md`). A finding's `class` is one of these;",
+             "`culprits` says whether its findings name the nodes at fault. How to read a finding:",
+             "[diagnose.md](diagnose.md).", ""]
+    for name in sorted(RULES):
+        record = RULES[name]
+        module = sys.modules[f"diagnoser.analysis.rules.{name}"]
+        means = (module.__doc__ or "").strip().split(":", 1)[-1].strip()
+        means = means[:1].upper() + means[1:]
+        lines += [f"## `{name}`: {record.title}", "", " ".join(means.split()), "",
+                  f"- culprits: {'named (the nodes at fault)' if record.localised else 'none (the fabric, the job)'}",
+                  f"- GPUs wait with the network {record.waits_in}" if record.waits_in
+                  else "- GPUs wait on no network state",
+                  f"- confirm with: `{' '.join(record.confirm.split())}`",
+                  f"- what to do: {record.remediation}", ""]
+    return "\n".join(lines)

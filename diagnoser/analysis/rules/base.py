@@ -1,4 +1,4 @@
-"""What every bottleneck rule is made of: the record of one class (contract section 4),
+"""What every bottleneck rule is made of: the record of one class (docs/classes.md),
 the window it is checked on, and what a check returns.
 
 A rule file (one per class, beside this one) holds the class's thresholds with their
@@ -119,7 +119,7 @@ class BottleneckClass:
     confirm: str
     remediation: str  # what on-call should do
     check: Check
-    localised: bool  # whether findings name culprit nodes (contract section 4)
+    localised: bool  # whether findings name culprit nodes (docs/classes.md)
     # The network_state in which the class makes GPUs wait: a finding costs at least the
     # GPU idle spent in it, even where the condition lasted the whole window (no baseline).
     waits_in: str | None = None
