@@ -21,7 +21,7 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 RI = "$__rate_interval"
 
 # Label matchers every panel uses. Multi-value "All" variables expand to a regex (allValue .*).
-NODE = 'job=~"$job", instance=~"$instance"'
+NODE = 'cluster=~"$cluster", job=~"$job", instance=~"$instance"'
 NIC = NODE + ', device=~"$device"'
 GPU = NODE + ', gpu=~"$gpu"'
 
@@ -116,7 +116,7 @@ def table(title: str, tgts: list[dict], desc: str = "", w: int = 12, h: int = 8,
     if columns:
         transformations.insert(0, {"id": "merge", "options": {}})
     return {"type": "table", "title": title, "description": desc, "datasource": DS, "targets": tgts,
-            "fieldConfig": {"defaults": {}, "overrides": []},
+            "fieldConfig": {"defaults": {"unit": "none"}, "overrides": []},
             "options": {"showHeader": True, "cellHeight": "sm", "footer": {"show": False}},
             "transformations": transformations, "_w": w, "_h": h}
 
@@ -139,12 +139,13 @@ def columns_table(title: str, specs: list[tuple[str, str]], desc: str = "", w: i
 def heatmap(title: str, tgts: list[dict], desc: str = "", w: int = 24, h: int = 10) -> dict:
     """One row per series (node/NIC), colour = value: Grafana's heatmap with calculate off."""
     return {"type": "heatmap", "title": title, "description": desc, "datasource": DS, "targets": tgts,
-            "fieldConfig": {"defaults": {"custom": {"scaleDistribution": {"type": "linear"}}}, "overrides": []},
+            "fieldConfig": {"defaults": {"unit": "percentunit", "custom": {"scaleDistribution": {"type": "linear"}}},
+                            "overrides": []},
             "options": {"calculate": False, "cellGap": 1,
                         "color": {"mode": "scheme", "scheme": "Turbo", "steps": 64, "exponent": 0.5,
                                   "fill": "dark-orange", "reverse": False, "scale": "exponential",
                                   "min": 0, "max": 1},
-                        "yAxis": {"axisPlacement": "left", "reverse": True, "unit": "short"},
+                        "yAxis": {"axisPlacement": "left", "reverse": True, "unit": "none"},
                         "rowsFrame": {"layout": "auto"}, "cellValues": {"unit": "percentunit"},
                         "legend": {"show": True}, "tooltip": {"mode": "single", "yHistogram": False},
                         "showValue": "never", "filterValues": {"le": 1e-9}},
@@ -154,7 +155,7 @@ def heatmap(title: str, tgts: list[dict], desc: str = "", w: int = 24, h: int = 
 def state_timeline(title: str, tgts: list[dict], desc: str = "", w: int = 12, h: int = 8,
                    mappings: list[dict] | None = None) -> dict:
     return {"type": "state-timeline", "title": title, "description": desc, "datasource": DS, "targets": tgts,
-            "fieldConfig": {"defaults": {"mappings": mappings or [],
+            "fieldConfig": {"defaults": {"unit": "none", "mappings": mappings or [],
                                          "color": {"mode": "thresholds"},
                                          "thresholds": {"mode": "absolute",
                                                         "steps": [{"color": "red", "value": None},
@@ -184,15 +185,23 @@ def query_var(name: str, label: str, query: str, multi: bool = True) -> dict:
             "hide": 0, "skipUrlSync": False}
 
 
-def variables() -> list[dict]:
+def variables(one_node: bool = False) -> list[dict]:
+    """The data source, then cluster > job > node > NIC/GPU. `cluster` is the target label
+    that tells clusters apart (empty where there is none: "All" then matches every series).
+    `one_node`: the node drill-down opens on one node, not on all of them at once."""
+    node = query_var("instance", "Node", 'label_values(gpunet_nic_info{cluster=~"$cluster", job=~"$job"}, instance)',
+                     multi=not one_node)
+    if one_node:
+        node.update(includeAll=False, current={})  # Grafana selects the first node
     return [
         {"type": "datasource", "name": "datasource", "label": "Data source", "query": "prometheus",
          "current": {}, "hide": 0, "includeAll": False, "multi": False, "options": [], "refresh": 1,
          "regex": "", "skipUrlSync": False},
-        query_var("job", "Job", "label_values(gpunet_exporter_collector_up, job)"),
-        query_var("instance", "Node", 'label_values(gpunet_nic_info{job=~"$job"}, instance)'),
-        query_var("device", "NIC", 'label_values(gpunet_nic_info{job=~"$job", instance=~"$instance"}, device)'),
-        query_var("gpu", "GPU", 'label_values(gpunet_gpu_info{job=~"$job", instance=~"$instance"}, gpu)'),
+        query_var("cluster", "Cluster", "label_values(gpunet_exporter_collector_up, cluster)"),
+        query_var("job", "Job", 'label_values(gpunet_exporter_collector_up{cluster=~"$cluster"}, job)'),
+        node,
+        query_var("device", "NIC", f'label_values(gpunet_nic_info{{{NODE}}}, device)'),
+        query_var("gpu", "GPU", f'label_values(gpunet_gpu_info{{{NODE}}}, gpu)'),
     ]
 
 
@@ -215,14 +224,43 @@ def layout(panels: list[dict]) -> list[dict]:
     return out
 
 
+# Every panel that shows nodes links each of them to the node drill-down, with the time range.
+NODE_LINK = {"title": "${__field.labels.instance} in the node drill-down", "targetBlank": False,
+             "url": "/d/gpunet-node?var-cluster=${cluster}&var-job=${job}&var-instance=${__field.labels.instance}"
+                    "&${__url_time_range}"}
+TABLE_NODE_LINK = {**NODE_LINK, "title": "${__value.raw} in the node drill-down",
+                   "url": NODE_LINK["url"].replace("${__field.labels.instance}", "${__value.raw}")}
+# gpunet's firing alerts (alerts/gpunet.rules.yml) on every time series, red.
+ALERT_ANNOTATION = {"datasource": DS, "enable": True, "hide": False, "iconColor": "red", "name": "gpunet alerts",
+                    "expr": 'ALERTS{alertname=~"Gpunet.*", alertstate="firing", instance=~"$instance"}',
+                    "step": "1m", "titleFormat": "{{alertname}} ({{severity}})",
+                    "textFormat": "{{instance}} {{device}}{{gpu}}", "tagKeys": "severity", "useValueForTime": False}
+
+
+def link_nodes(panel: dict) -> dict:
+    """Data links from a panel's nodes to the node drill-down: per series where the series
+    are nodes, on the `instance` column of a table."""
+    if panel["type"] in ("timeseries", "bargauge") and any(
+            "{{instance}}" in t.get("legendFormat", "") for t in panel.get("targets", [])):
+        panel["fieldConfig"]["defaults"]["links"] = [NODE_LINK]
+    elif panel["type"] == "table":
+        panel["fieldConfig"]["overrides"].append({"matcher": {"id": "byName", "options": "instance"},
+                                                  "properties": [{"id": "links", "value": [TABLE_NODE_LINK]}]})
+    return panel
+
+
 def dashboard(uid: str, title: str, description: str, panels: list[dict], tags: list[str],
               links: bool = True) -> dict:
+    one_node = uid == "gpunet-node"
+    if not one_node:
+        panels = [link_nodes(p) for p in panels]
     d = {
         "__requires": [{"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.0.0"},
                        {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"}],
         "annotations": {"list": [{"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
                                   "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
-                                  "name": "Annotations & Alerts", "type": "dashboard"}]},
+                                  "name": "Annotations & Alerts", "type": "dashboard"},
+                                 ALERT_ANNOTATION]},
         "description": description,
         "editable": True,
         "fiscalYearStartMonth": 0,
@@ -234,7 +272,7 @@ def dashboard(uid: str, title: str, description: str, panels: list[dict], tags: 
         "refresh": "30s",
         "schemaVersion": 39,
         "tags": tags,
-        "templating": {"list": variables()},
+        "templating": {"list": variables(one_node)},
         "time": {"from": "now-1h", "to": "now"},
         "timepicker": {},
         "timezone": "",
@@ -309,7 +347,7 @@ def cluster() -> dict:
                    "throughput is congestion.", w=8),
         timeseries("RDMA loss events by kind",
                    targets((f"sum by (kind) (rate(gpunet_nic_rdma_loss_events_total{{{NIC}}}[{RI}]))", "{{kind}}")),
-                   "short", "Go-back-N triggers per second: out-of-sequence, NAK sequence errors, ACK timeouts.",
+                   "cps", "Go-back-N triggers per second: out-of-sequence, NAK sequence errors, ACK timeouts.",
                    w=8),
         timeseries("TCP retransmit ratio by node",
                    targets((f"sum by (instance) (rate(gpunet_tcp_retransmitted_segments_total{{{NODE}}}[{RI}]))"
@@ -403,7 +441,7 @@ def node() -> dict:
                            (f"gpunet_nic_link_speed_bytes_per_second{{{NIC}}}", "{{instance}} {{device}} link speed")),
                    "Bps", "Bytes on the wire (RDMA included) per direction, with the negotiated link speed.", w=12),
         timeseries("Utilisation (busier direction / link speed)", targets((nic_util(), "{{instance}} {{device}}")),
-                   "percentunit", "1 = line rate.", w=12, maximum=1),
+                   "percentunit", "The busier direction of each NIC as a fraction of its link speed; 1 is line rate.", w=12, maximum=1),
         timeseries("Saturated time",
                    targets((f"rate(gpunet_nic_saturated_seconds_total{{{NIC}}}[{RI}])",
                             "{{instance}} {{device}} {{direction}}")),
@@ -424,11 +462,13 @@ def node() -> dict:
                            (f"rate(gpunet_nic_cnp_sent_total{{{NIC}}}[{RI}])", "{{instance}} {{device}} CNP sent"),
                            (f"rate(gpunet_nic_cnp_received_total{{{NIC}}}[{RI}])",
                             "{{instance}} {{device}} CNP received")),
-                   "pps", "", w=8),
+                   "pps", "DCQCN per NIC: ECN-marked packets it received (notification point), CNPs it sent back "
+                   "and CNPs it acted on (reaction point).", w=8),
         timeseries("RDMA loss events by kind",
                    targets((f"rate(gpunet_nic_rdma_loss_events_total{{{NIC}}}[{RI}])",
                             "{{instance}} {{device}} {{kind}}")),
-                   "short", "Go-back-N triggers per second.", w=8),
+                   "cps", "Go-back-N triggers per second, by kind: out-of-sequence, NAK sequence errors, ACK "
+                   "timeouts. A lossless fabric has none.", w=8),
         timeseries("Discards and errors",
                    targets((f"rate(gpunet_nic_receive_discards_total{{{NIC}}}[{RI}])",
                             "{{instance}} {{device}} rx discards"),
@@ -436,7 +476,8 @@ def node() -> dict:
                             "{{instance}} {{device}} tx discards"),
                            (f"rate(gpunet_nic_receive_errors_total{{{NIC}}}[{RI}])",
                             "{{instance}} {{device}} rx errors")),
-                   "pps", "", w=8),
+                   "pps", "Frames the port dropped for lack of buffer (discards) and received damaged (CRC and "
+                   "symbol errors).", w=8),
         state_timeline("Link up", targets((f"gpunet_nic_up{{{NIC}}}", "{{instance}} {{device}}")),
                        "operstate up and carrier present.", w=12, mappings=UP_MAPPING),
         timeseries("Carrier changes and TCP retransmits",
@@ -444,7 +485,8 @@ def node() -> dict:
                             "{{instance}} {{device}} carrier changes"),
                            (f"rate(gpunet_tcp_retransmitted_segments_total{{{NODE}}}[{RI}])",
                             "{{instance}} TCP retransmits/s")),
-                   "short", "", w=12),
+                   "short", "Carrier changes per rate interval (a flapping link) and TCP segments retransmitted per "
+                   "second (loss on TCP transports, NCCL sockets or gloo).", w=12),
 
         row("Configuration"),
         columns_table("NIC link and PCIe", [
@@ -479,11 +521,12 @@ def node() -> dict:
                    "percentunit", "Fraction of time each clock-event reason was active (reasons never seen are hidden).",
                    w=12, maximum=1),
         timeseries("SM clock", targets((f"gpunet_gpu_sm_clock_hertz{{{GPU}}}", "{{instance}} GPU {{gpu}}")),
-                   "hertz", "", w=12, minimum=None),
+                   "hertz", "The SM clock: below the GPU's boost clock under load, it is throttled.", w=12,
+                   minimum=None),
         timeseries("Power", targets((f"gpunet_gpu_power_watts{{{GPU}}}", "{{instance}} GPU {{gpu}}")),
-                   "watt", "", w=8),
+                   "watt", "Power draw; at the power cap, clocks drop.", w=8),
         timeseries("Temperature", targets((f"gpunet_gpu_temperature_celsius{{{GPU}}}", "{{instance}} GPU {{gpu}}")),
-                   "celsius", "", w=8, minimum=None),
+                   "celsius", "GPU temperature; near the slowdown temperature, clocks drop.", w=8, minimum=None),
         timeseries("XID errors",
                    targets((f"increase(gpunet_gpu_xid_errors_total{{{GPU}}}[{RI}]) > 0",
                             "{{instance}} GPU {{gpu}} XID {{xid}}")),
@@ -516,7 +559,8 @@ def node() -> dict:
                    "signal (it has no PFC). Compare ports: one far above its peers is congested or paused by a "
                    "slow receiver.", w=12),
         state_timeline("GPU up (NVML answers)", targets((f"gpunet_gpu_up{{{GPU}}}", "{{instance}} GPU {{gpu}}")),
-                       "", w=24, h=6, mappings=UP_MAPPING),
+                       "Whether NVML answered for each GPU; a GPU lost here fell off the bus or its driver hangs.",
+                       w=24, h=6, mappings=UP_MAPPING),
     ]
     return dashboard("gpunet-node", "gpunet / Node drill-down",
                      "One node (pick $instance): every NIC and GPU counter the exporter has.",
@@ -531,8 +575,9 @@ def exporter() -> dict:
         stat("Exporters up", f'sum(up{{{COL}}})', "short", "Prometheus' own up series for the exporter targets."),
         stat("Late ticks /s", f"sum(rate(gpunet_exporter_ticks_late_total{{{COL}}}[{RI}]))", "short",
              "Ticks that started more than one interval late.", thresholds=[(None, "green"), (0.01, "orange")]),
-        stat("Collector errors /s", f"sum(rate(gpunet_exporter_collector_errors_total{{{COL}}}[{RI}]))", "short",
-             "", thresholds=[(None, "green"), (0.01, "red")]),
+        stat("Collector errors /s", f"sum(rate(gpunet_exporter_collector_errors_total{{{COL}}}[{RI}]))", "cps",
+             "Source errors per second, all selected exporters (unreadable values, vanished devices).",
+             thresholds=[(None, "green"), (0.01, "red")]),
         state_timeline("Collectors up", targets((f"gpunet_exporter_collector_up{{{COL}}}",
                                                  "{{instance}} {{collector}}")),
                        "1 when the collector's last run read every source without error.", w=24, h=10,
@@ -561,9 +606,9 @@ def exporter() -> dict:
         timeseries("Process CPU", targets((f"rate(process_cpu_seconds_total{{{COL}}}[{RI}])", "{{instance}}")),
                    "percentunit", "CPU cores used by the exporter process.", w=12),
         timeseries("Process RSS", targets((f"process_resident_memory_bytes{{{COL}}}", "{{instance}}")),
-                   "bytes", "", w=12),
+                   "bytes", "Resident memory of the exporter process (the systemd unit allows 128 MB).", w=12),
         table("Exporter versions", [target(f"gpunet_exporter_build_info{{{COL}}}", "", instant=True, fmt="table")],
-              "", w=24, h=6),
+              "The version and root of each exporter.", w=24, h=6),
     ]
     return dashboard("gpunet-exporter", "gpunet / Exporter health",
                      "Is the exporter itself working: collectors, ticks, scrapes, its own CPU and memory.",

@@ -42,7 +42,7 @@ NO_DATA_IN_TRACES = {
 }
 
 SUBSTITUTIONS = {"$__rate_interval": "2m", "$__interval": "1m", "$__range": "10m",
-                 "$instance": ".*", "$device": ".*", "$gpu": ".*", "$job": ".*",
+                 "$instance": ".*", "$device": ".*", "$gpu": ".*", "$job": ".*", "$cluster": ".*",
                  "${datasource}": "prometheus"}
 
 
@@ -84,10 +84,13 @@ def test_dashboards_are_well_formed():
         assert dash["schemaVersion"] >= 36 and dash["uid"] and dash["title"], name
         vars_ = {v["name"]: v for v in dash["templating"]["list"]}
         assert vars_["datasource"]["type"] == "datasource" and vars_["datasource"]["query"] == "prometheus", name
-        for v in ("instance", "device", "gpu"):
-            assert vars_[v]["type"] == "query" and vars_[v]["multi"] and vars_[v]["includeAll"], (name, v)
+        for v in ("cluster", "job", "instance", "device", "gpu"):
+            assert vars_[v]["type"] == "query", (name, v)
             assert vars_[v]["definition"].startswith("label_values("), (name, v)
             assert vars_[v]["datasource"]["uid"] == "${datasource}", (name, v)
+            # The node drill-down opens on one node; elsewhere every variable can be "All".
+            one = name == "gpunet-node.json" and v == "instance"
+            assert vars_[v]["multi"] != one and vars_[v]["includeAll"] != one, (name, v)
         ids = set()
         for p in panels(dash):
             assert p["id"] not in ids, (name, p["title"])
@@ -103,6 +106,47 @@ def test_dashboards_are_well_formed():
                 # panels follow the selection: every gpunet selector filters by node
                 for selector in re.findall(r"gpunet_\w+\{[^}]*\}", t["expr"]):
                     assert 'instance=~"$instance"' in selector, (name, p["title"], selector)
+
+
+def test_every_panel_has_a_unit_and_says_what_it_shows():
+    for name, dash in dashboards().items():
+        for p in panels(dash):
+            if p["type"] == "row":
+                continue
+            assert p["fieldConfig"]["defaults"].get("unit"), (name, p["title"], "no unit")
+            assert len(p.get("description", "")) > 20, (name, p["title"], "no description")
+
+
+def test_every_query_follows_the_cluster_and_job_variables():
+    for dash, title, expr in all_exprs():
+        if "$job" in expr:
+            assert "$cluster" in expr, (dash, title, expr)
+
+
+def test_nodes_link_to_the_node_drill_down_with_the_time_range():
+    """On the cluster and exporter dashboards, each panel whose series are nodes links each
+    of them to the node dashboard, selecting that node, keeping cluster, job and time."""
+    linked = 0
+    for name, dash in dashboards().items():
+        if name == "gpunet-node.json":
+            continue
+        for p in panels(dash):
+            per_node = any("{{instance}}" in t.get("legendFormat", "") for t in p.get("targets", []))
+            if p["type"] in ("timeseries", "bargauge") and per_node:
+                (link,) = p["fieldConfig"]["defaults"]["links"]
+                url = link["url"]
+                assert url.startswith("/d/gpunet-node?"), (name, p["title"])
+                assert "var-instance=${__field.labels.instance}" in url and "${__url_time_range}" in url
+                assert "var-cluster=${cluster}" in url and "var-job=${job}" in url
+                linked += 1
+    assert linked >= 8, linked
+
+
+def test_firing_alerts_are_annotations_on_every_dashboard():
+    for name, dash in dashboards().items():
+        (alerts,) = [a for a in dash["annotations"]["list"] if "ALERTS" in a.get("expr", "")]
+        assert alerts["enable"] and 'alertname=~"Gpunet.*"' in alerts["expr"], name
+        assert 'alertstate="firing"' in alerts["expr"], name
 
 
 def test_committed_json_is_the_generator_output():
