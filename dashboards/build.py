@@ -178,7 +178,7 @@ UP_MAPPING = [{"type": "value", "options": {"0": {"text": "down", "color": "red"
 
 def query_var(name: str, label: str, query: str, multi: bool = True) -> dict:
     return {"type": "query", "name": name, "label": label, "datasource": DS,
-            "definition": query, "query": query,  # the string form: Grafana 10 and 11 both read it
+            "query": query,  # the string form: Grafana 10 and 11 both read it
             "refresh": 2, "regex": "", "sort": 3 if name == "gpu" else 1,
             "multi": multi, "includeAll": True, "allValue": ".*",
             "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "options": [],
@@ -192,10 +192,11 @@ def variables(one_node: bool = False) -> list[dict]:
     node = query_var("instance", "Node", 'label_values(gpunet_nic_info{cluster=~"$cluster", job=~"$job"}, instance)',
                      multi=not one_node)
     if one_node:
-        node.update(includeAll=False, current={})  # Grafana selects the first node
+        node.update(includeAll=False)
+        del node["current"]  # Grafana selects the first node
     return [
         {"type": "datasource", "name": "datasource", "label": "Data source", "query": "prometheus",
-         "current": {}, "hide": 0, "includeAll": False, "multi": False, "options": [], "refresh": 1,
+         "hide": 0, "includeAll": False, "multi": False, "options": [], "refresh": 1,
          "regex": "", "skipUrlSync": False},
         query_var("cluster", "Cluster", "label_values(gpunet_exporter_collector_up, cluster)"),
         query_var("job", "Job", 'label_values(gpunet_exporter_collector_up{cluster=~"$cluster"}, job)'),
@@ -232,9 +233,11 @@ TABLE_NODE_LINK = {**NODE_LINK, "title": "${__value.raw} in the node drill-down"
                    "url": NODE_LINK["url"].replace("${__field.labels.instance}", "${__value.raw}")}
 # gpunet's firing alerts (alerts/gpunet.rules.yml) on every time series, red.
 ALERT_ANNOTATION = {"datasource": DS, "enable": True, "hide": False, "iconColor": "red", "name": "gpunet alerts",
-                    "expr": 'ALERTS{alertname=~"Gpunet.*", alertstate="firing", instance=~"$instance"}',
-                    "step": "1m", "titleFormat": "{{alertname}} ({{severity}})",
-                    "textFormat": "{{instance}} {{device}}{{gpu}}", "tagKeys": "severity", "useValueForTime": False}
+                    "target": {"refId": "gpunet-alerts", "expr": 'ALERTS{alertname=~"Gpunet.*", alertstate="firing", '
+                                                                 'instance=~"$instance"}',
+                               "step": "1m", "titleFormat": "{{alertname}} ({{severity}})",
+                               "textFormat": "{{instance}} {{device}}{{gpu}}", "tagKeys": "severity",
+                               "useValueForTime": False}}
 
 
 def link_nodes(panel: dict) -> dict:
@@ -267,7 +270,8 @@ def dashboard(uid: str, title: str, description: str, panels: list[dict], tags: 
         "graphTooltip": 1,
         "id": None,
         "links": [{"asDropdown": False, "includeVars": True, "keepTime": True, "tags": ["gpunet"],
-                   "title": "gpunet dashboards", "type": "dashboards"}] if links else [],
+                   "title": "gpunet dashboards", "type": "dashboards", "icon": "external link", "targetBlank": False,
+                   "tooltip": "", "url": ""}] if links else [],
         "panels": layout(panels),
         "refresh": "30s",
         "schemaVersion": 39,

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import re
 import shutil
+import subprocess
 import sys
 import urllib.parse
 
@@ -86,7 +87,7 @@ def test_dashboards_are_well_formed():
         assert vars_["datasource"]["type"] == "datasource" and vars_["datasource"]["query"] == "prometheus", name
         for v in ("cluster", "job", "instance", "device", "gpu"):
             assert vars_[v]["type"] == "query", (name, v)
-            assert vars_[v]["definition"].startswith("label_values("), (name, v)
+            assert vars_[v]["query"].startswith("label_values("), (name, v)
             assert vars_[v]["datasource"]["uid"] == "${datasource}", (name, v)
             # The node drill-down opens on one node; elsewhere every variable can be "All".
             one = name == "gpunet-node.json" and v == "instance"
@@ -144,9 +145,9 @@ def test_nodes_link_to_the_node_drill_down_with_the_time_range():
 
 def test_firing_alerts_are_annotations_on_every_dashboard():
     for name, dash in dashboards().items():
-        (alerts,) = [a for a in dash["annotations"]["list"] if "ALERTS" in a.get("expr", "")]
-        assert alerts["enable"] and 'alertname=~"Gpunet.*"' in alerts["expr"], name
-        assert 'alertstate="firing"' in alerts["expr"], name
+        (alerts,) = [a for a in dash["annotations"]["list"] if "ALERTS" in a.get("target", {}).get("expr", "")]
+        assert alerts["enable"] and 'alertname=~"Gpunet.*"' in alerts["target"]["expr"], name
+        assert 'alertstate="firing"' in alerts["target"]["expr"], name
 
 
 def test_committed_json_is_the_generator_output():
@@ -252,3 +253,42 @@ def test_screenshot_renders_from_the_dashboard_queries(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and 50_000 < out.stat().st_size < 300_000
+
+
+# Grafana's published dashboard types (the @grafana/schema npm package), checked by the
+# TypeScript compiler: pinned, installed once into .cache/ (scripts/test installs them too).
+GRAFANA_SCHEMA = ("@grafana/schema@13.2.3", "typescript@7.0.2")
+SCHEMA_CACHE = REPO / ".cache" / "grafana-schema"
+JSON_TYPE = """import type { Dashboard, DataQuery } from "@grafana/schema";
+// JSON as Grafana stores it: string enums as their values; a query carries its data source's own fields.
+type Json<T> = T extends DataQuery ? { [K in keyof T]: Json<T[K]> } & { [key: string]: unknown }
+  : T extends string ? `${T}` : T extends Array<infer U> ? Array<Json<U>> : T extends object ? { [K in keyof T]: Json<T[K]> } : T;
+"""
+
+
+def typecheck(docs: dict[str, dict]) -> subprocess.CompletedProcess:
+    if not (SCHEMA_CACHE / "node_modules" / "@grafana" / "schema").exists():
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(SCHEMA_CACHE), *GRAFANA_SCHEMA],
+                       check=True, capture_output=True, timeout=300)
+    # __requires is import metadata for Grafana's import dialog, not part of the dashboard model.
+    body = "\n".join(f"export const {name.replace('-', '_').removesuffix('.json')}: Json<Dashboard> = "
+                     f"{json.dumps({k: v for k, v in doc.items() if k != '__requires'}, indent=1)};"
+                     for name, doc in docs.items())
+    (SCHEMA_CACHE / "check.ts").write_text(JSON_TYPE + body + "\n")
+    (SCHEMA_CACHE / "tsconfig.json").write_text(json.dumps({"compilerOptions": {
+        "strict": True, "noEmit": True, "module": "esnext", "moduleResolution": "bundler", "target": "es2020"},
+        "files": ["check.ts"]}))
+    return subprocess.run(["node", str(SCHEMA_CACHE / "node_modules" / "typescript" / "bin" / "tsc"), "-p",
+                           str(SCHEMA_CACHE / "tsconfig.json")], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(shutil.which("npm") is None or shutil.which("node") is None, reason="node/npm not installed")
+def test_dashboards_match_grafanas_published_dashboard_types():
+    result = typecheck(dashboards())
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    # ...and the check can fail: a misspelt key and a wrong value type are caught.
+    broken = json.loads(json.dumps(dashboards()["gpunet-node.json"]))
+    broken["panels"][1]["titel"] = broken["panels"][1].pop("title")
+    broken["refresh"] = 30
+    result = typecheck({"gpunet-node.json": broken})
+    assert result.returncode != 0 and "titel" in result.stdout and result.stdout.count("error TS") == 2, result.stdout
