@@ -85,7 +85,7 @@ def _job(job: JobSummary, findings: list[Finding], h2: str, h3: str) -> list[str
         lines += _verdict(job.verdict, job.inconclusive_reasons, len(findings), h3)
     for w in job.waited_on:
         lines += [f"{INDENT}- waited on job {w['job']}'s {w['class']} (culprit {', '.join(w['nodes'])}) "
-                  f"{rfc3339(w['start'])} .. {rfc3339(w['end'])}: {_figure(w['gpu_idle_seconds'] or 0.0)} GPU-seconds "
+                  f"{rfc3339(w['start'])} .. {rfc3339(w['end'])}: {figure(w['gpu_idle_seconds'] or 0.0)} GPU-seconds "
                   "idle; see that job's finding", ""]
     lines += _findings(findings, h3, job.cost)
     lines += _capacity(job.capacity, h3) + _cost(job.cost, h3, "Cost")
@@ -128,7 +128,7 @@ def finding_lines(f: Finding, n: int, h: str = "", currency: str = "") -> list[s
     if f.nodes:
         devices = f" ({', '.join(f.devices[:DEVICES_SHOWN])})" if f.devices else ""
         lines.append(f"{INDENT}culprits: {', '.join(f.nodes[:CULPRITS_SHOWN])}{devices}")
-    lines += [f"{INDENT}- {key.replace('_', ' ')}: {_figure(value)}" for key, value in f.evidence.items()]
+    lines += [f"{INDENT}- {key.replace('_', ' ')}: {figure(value, is_share(key))}" for key, value in f.evidence.items()]
     lines.append(f"{INDENT}what to do: {f.remediation}")
     if f.promql:
         lines.append(f"{INDENT}confirm: {' '.join(f.promql.split())}")
@@ -198,15 +198,23 @@ def _money(amount: float, currency: str) -> str:
     return f"{amount:,.2f}{' ' + currency if currency else ''}"
 
 
-def _figure(value: object) -> str:
+def is_share(key: str) -> bool:
+    """Evidence that is a share of time (GPU idle, a link's utilisation, time saturated or
+    throttled): the JSON keeps the fraction, people read a percentage, as everywhere else."""
+    return "gpu_idle" in key or key.endswith(("utilisation", "_fraction", "saturated_time"))
+
+
+def figure(value: object, share: bool = False) -> str:
+    if isinstance(value, float) and share:
+        return _pct(value)
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, dict) and {"value", "peers_median"} <= value.keys():  # a culprit against its peers
         ratio = value.get("ratio")
-        times = f", {_figure(ratio)}x" if isinstance(ratio, float) else ""
-        return f"{_figure(value['value'])} (peers' median {_figure(value['peers_median'])}{times})"
+        times = f", {figure(ratio)}x" if isinstance(ratio, float) else ""
+        return f"{figure(value['value'], share)} (peers' median {figure(value['peers_median'], share)}{times})"
     if isinstance(value, dict):
-        return ", ".join(f"{k} {_figure(v)}" for k, v in list(value.items())[:EVIDENCE_ITEMS_SHOWN])
+        return ", ".join(f"{k} {figure(v, share)}" for k, v in list(value.items())[:EVIDENCE_ITEMS_SHOWN])
     return str(value)
 
 
