@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from gpunet.contract import BY_NAME
+from gpunet.contract import BY_NAME, unit_of
 
 
 def escape_label(value: str) -> str:
@@ -154,6 +154,8 @@ class TraceWriter:
         self._families.add(family)
         self._current = (family, type_)
         self._write(f"# TYPE {family} {type_}\n")
+        if unit := unit_of(family):
+            self._write(f"# UNIT {family} {unit}\n")
         if help_:
             self._write(f"# HELP {family} {help_}\n")
 

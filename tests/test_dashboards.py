@@ -262,7 +262,8 @@ SCHEMA_CACHE = REPO / ".cache" / "grafana-schema"
 JSON_TYPE = """import type { Dashboard, DataQuery } from "@grafana/schema";
 // JSON as Grafana stores it: string enums as their values; a query carries its data source's own fields.
 type Json<T> = T extends DataQuery ? { [K in keyof T]: Json<T[K]> } & { [key: string]: unknown }
-  : T extends string ? `${T}` : T extends Array<infer U> ? Array<Json<U>> : T extends object ? { [K in keyof T]: Json<T[K]> } : T;
+  : T extends string ? `${T}` : T extends Array<infer U> ? Array<Json<U>>
+  : T extends object ? { [K in keyof T]: Json<T[K]> } : T;
 """
 
 
