@@ -1,6 +1,6 @@
 """Counters that never go backwards, whatever the hardware does.
 
-Contract section 2: a counter starts at the system's own value, then advances by the
+Every counter (docs/metrics.md) starts at the system's own value, then advances by the
 system's deltas. A decrease in the source is either a wrap of a narrow hardware counter
 (it passed its top and restarted at zero) or a reset (driver reload, NIC re-added); in
 both cases the exported counter goes on growing.

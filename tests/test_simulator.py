@@ -373,7 +373,7 @@ def test_cli_writes_trace_and_labels(tmp_path, capsys):
 
 
 def check_trace_file(path: Path) -> None:
-    """Contract section 3: families contiguous, series contiguous in increasing time, job and
+    """The trace format (docs/trace-format.md): families contiguous, series contiguous in increasing time, job and
     instance on every sample, # EOF last."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as fh:

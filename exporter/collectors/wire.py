@@ -1,6 +1,6 @@
 """Fast tick: what crossed each NIC's wire, RDMA included, and the pause frames it met.
 
-Contract section 1 decides where a NIC's bytes come from, per port:
+Where a NIC's bytes come from, per port:
   InfiniBand  -> port_rcv_data / port_xmit_data x 4 (counters_ext 64-bit where present);
   Ethernet    -> the driver's physical-port counters (mlx5 rx_bytes_phy, ...), which see
                  RoCE traffic that bypasses the kernel;
