@@ -23,7 +23,7 @@ from exporter.readers.slurm_jobs import DEFAULT_DIR
 from exporter.registry import Registry
 from exporter.root import Root
 from exporter.sampler import Sampler
-from exporter.server import Access, make_app, quiet_bad_requests
+from exporter.server import Access, make_app, quiet_server_logs
 from exporter.webconfig import WebConfig, WebConfigError
 from exporter.workload_options import DEFAULT_POD_PATTERN, WorkloadOptions, compile_pod_pattern
 from gpunet import __version__
@@ -293,7 +293,7 @@ async def serve(args: argparse.Namespace) -> None:
     registry = Registry(args.root)
     connections = Connections(limits, registry)
     sampler = make_sampler(args, registry)
-    quiet_bad_requests(registry)
+    quiet_server_logs(registry)
     runner = web.AppRunner(make_app(registry, sampler, access, connections), access_log=None,
                            keepalive_timeout=limits.idle_timeout, shutdown_timeout=1.0)
     await runner.setup()

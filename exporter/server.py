@@ -154,8 +154,9 @@ class OneLineAcceptErrors(logging.Filter):
         return True
 
 
-def quiet_bad_requests(registry: Registry) -> QuietBadRequests:
-    """Install the filter on aiohttp's server logger (once per process); returns it."""
+def quiet_server_logs(registry: Registry) -> QuietBadRequests:
+    """Install the filters (once per process): bad requests counted, not logged, on aiohttp's
+    server logger; failed accepts in one line on asyncio's. Returns the first."""
     server_log = logging.getLogger("aiohttp.server")
     for f in server_log.filters:
         if isinstance(f, QuietBadRequests):

@@ -75,6 +75,7 @@ def gpu_document(gpus) -> dict:
         try:
             activity = gpus.activity(ident.index)
             details = gpus.details(ident.index)
+            health = gpus.health(ident.index)
         except SourceError as e:
             entry["nvml_error"] = str(e)
             doc["gpus"].append(entry)
@@ -86,10 +87,10 @@ def gpu_document(gpus) -> dict:
                      pcie_tx_bytes_per_second=details.pcie_transmit_bytes_per_second,
                      pcie_rx_bytes_per_second=details.pcie_receive_bytes_per_second, gpm=details.gpm,
                      xid_errors={str(x): n for (g, x), n in xids.items() if g == ident.index},
-                     ecc_errors=details.ecc_errors, nvlink_errors=details.nvlink_errors,
-                     row_remapping=None if details.remapped_rows is None else
-                     {**details.remapped_rows, "pending": details.row_remap_pending,
-                      "failed": details.row_remap_failed})
+                     ecc_errors=health.ecc_errors, nvlink_errors=health.nvlink_errors,
+                     row_remapping=None if health.remapped_rows is None else
+                     {**health.remapped_rows, "pending": health.row_remap_pending,
+                      "failed": health.row_remap_failed})
         try:
             entry.update(processes=[{"pid": p.pid, "used_memory_bytes": p.used_memory_bytes}
                                     for p in gpus.processes(ident.index)] or None,

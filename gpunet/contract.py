@@ -10,6 +10,7 @@ documented in docs/metrics.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 MetricType = Literal["counter", "gauge"]
@@ -35,6 +36,7 @@ UNITS = ("bytes_per_second", "transfers_per_second", "seconds", "bytes", "ratio"
          "joules")
 
 
+@lru_cache(maxsize=4096)  # asked for every family of every OpenMetrics render
 def unit_of(family: str) -> str | None:
     """The unit a family's name ends with (without _total), None for a count of things."""
     return next((unit for unit in UNITS if family.endswith("_" + unit)), None)

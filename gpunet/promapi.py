@@ -15,6 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from gpunet.window import rfc3339
+
 # The largest answer a query may return. One node x window query of 1024 nodes over 720
 # windows is about 25 MB; configuration and series lists are smaller.
 MAX_RESPONSE_BYTES = 256 << 20
@@ -155,8 +157,6 @@ async def where_data_is(client: PrometheusClient, now: float) -> str:
     Bisects time with the label-values API, which reads only the index of the storage
     blocks a range touches (Prometheus: blocks of 2 h and more; VictoriaMetrics: days), so
     the span it finds is as fine as the blocks, and costs some 40 index look-ups."""
-    from gpunet.window import rfc3339
-
     async def holds(start: float, end: float) -> bool:
         return bool(await client.label_values("instance", [PRESENCE_METRIC], start, end))
 

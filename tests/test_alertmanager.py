@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 import yaml
 from procs import REPO, Process, free_port, http_get, start_prometheus, wait_for
+from test_alerts import inline
 
 pytestmark = pytest.mark.skipif(not (shutil.which("amtool") and shutil.which("prometheus-alertmanager")
                                      and shutil.which("prometheus")),
@@ -52,16 +53,6 @@ def test_every_severity_the_rules_use_has_a_route():
     routed = {m.split("=")[1].strip('"') for r in yaml.safe_load(CONFIG.read_text())["route"]["routes"]
               for m in r["matchers"] if m.startswith("severity=")}
     assert severities <= routed, severities - routed
-
-
-def inline(expr: str, recorded: dict[str, str]) -> str:
-    """A rule's expression with the recording rules it uses written out (backfilled data is
-    too old for Prometheus' rule manager: the recorded series do not exist)."""
-    import re
-
-    for name, body in recorded.items():
-        expr = re.sub(re.escape(name) + r"(?![\w:])", lambda _: f"({body})", expr)
-    return expr
 
 
 def test_on_the_storm_trace_only_the_storm_pages(tmp_path):

@@ -171,6 +171,14 @@ def servers(tmp_path_factory):
             proc.stop()
 
 
+def inline(expr: str, recorded: dict[str, str]) -> str:
+    """A rule's expression with the recording rules it uses written out (backfilled data is
+    too old for Prometheus' rule manager: the recorded series do not exist)."""
+    for name, body in recorded.items():
+        expr = re.sub(re.escape(name) + r"(?![\w:])", lambda _, body=body: f"({body})", expr)
+    return expr
+
+
 @pytest.fixture(scope="module")
 def rules(servers):
     """[(kind, name, expr with recording rules inlined)] in file order, as Prometheus parsed them."""
@@ -180,11 +188,6 @@ def rules(servers):
     recorded: dict[str, str] = {}
     out = []
 
-    def inline(expr: str) -> str:
-        for name, body_ in recorded.items():
-            expr = re.sub(re.escape(name) + r"(?![\w:])", lambda _: f"({body_})", expr)
-        return expr
-
     # The API lists groups by name, not in file order: recording rules first, each inlining
     # the ones defined before it, then the alerts.
     listed = [rule for group in json.loads(body)["data"]["groups"] for rule in group["rules"]]
@@ -192,7 +195,7 @@ def rules(servers):
         for rule in listed:
             assert rule.get("health") != "err", rule
             if rule["type"] == kind:
-                expr = inline(rule["query"])
+                expr = inline(rule["query"], recorded)
                 if kind == "recording":
                     recorded[rule["name"]] = expr
                 out.append((kind, rule["name"], expr))

@@ -214,12 +214,12 @@ def test_gpu_health_is_what_nvml_says_and_absent_where_the_gpu_does_not_say(node
     before = node.value("gpunet_gpu_ecc_errors_total", gpu=str(sick["index"]), type="corrected")
     sick["ecc_errors"]["corrected"] = 3
     (root / "nvml.json").write_text(json.dumps(doc))
-    node.tick(now=1.0)
+    node.tick(now=31.0)  # read every config interval (30 s), not every slow tick
     assert node.value("gpunet_gpu_ecc_errors_total", gpu=str(sick["index"]), type="corrected") == before + 3
     # A GPU that does not report them (consumer parts, no NVLink): no series, not zeros.
     for g in doc["gpus"]:
         for key in ("ecc_errors", "nvlink_errors", "row_remapping"):
             g.pop(key)
     (root / "nvml.json").write_text(json.dumps(doc))
-    node.tick(now=2.0)
+    node.tick(now=62.0)
     assert not node.series("gpunet_gpu_nvlink_errors_total") and not node.series("gpunet_gpu_remapped_rows")

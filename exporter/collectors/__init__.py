@@ -12,6 +12,7 @@ from exporter.collectors import (
     driver_stats,  # noqa: F401
     gpu,  # noqa: F401
     gpu_details,  # noqa: F401
+    gpu_health,  # noqa: F401
     gpu_workload,  # noqa: F401
     netdev,  # noqa: F401
     nic_info,  # noqa: F401

@@ -1,6 +1,5 @@
 """Slow tick: what each GPU is and what else on-call looks at beside its activity: power,
-temperature, memory, PCIe throughput, XID errors, GPM SM/tensor activity (Hopper+), and
-its health: memory ECC errors, row remapping, NVLink errors."""
+temperature, memory, PCIe throughput, XID errors, and GPM SM/tensor activity (Hopper+)."""
 
 from __future__ import annotations
 
@@ -13,17 +12,12 @@ from exporter.root import SourceError
 from exporter.samples import Sample, TickContext
 from gpunet.contract import (
     GPU_DRIVER_INFO,
-    GPU_ECC_ERRORS,
     GPU_INFO,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
-    GPU_NVLINK_ERRORS,
     GPU_PCIE_RECEIVE,
     GPU_PCIE_TRANSMIT,
     GPU_POWER,
-    GPU_REMAPPED_ROWS,
-    GPU_ROW_REMAP_FAILED,
-    GPU_ROW_REMAP_PENDING,
     GPU_SM_ACTIVE,
     GPU_SM_OCCUPANCY,
     GPU_TEMPERATURE,
@@ -70,7 +64,6 @@ class GpuDetailsCollector:
             for key, metric in GPM:
                 if details.gpm and key in details.gpm:
                     samples.append(Sample(metric, (gpu,), details.gpm[key]))
-            samples += health(gpu, details)
         xids = results.get("xid")
         if isinstance(xids, dict):
             samples.extend(Sample(GPU_XID_ERRORS, (str(gpu), str(xid)), count)
@@ -80,18 +73,5 @@ class GpuDetailsCollector:
         return samples
 
 
-def health(gpu: str, details: GpuDetails) -> list[Sample]:
-    """ECC, row remapping and NVLink series, those the GPU supports."""
-    out = [Sample(GPU_ECC_ERRORS, (gpu, kind), n) for kind, n in (details.ecc_errors or {}).items()]
-    out += [Sample(GPU_REMAPPED_ROWS, (gpu, cause), n) for cause, n in (details.remapped_rows or {}).items()]
-    if details.row_remap_pending is not None:
-        out.append(Sample(GPU_ROW_REMAP_PENDING, (gpu,), float(details.row_remap_pending)))
-    if details.row_remap_failed is not None:
-        out.append(Sample(GPU_ROW_REMAP_FAILED, (gpu,), float(details.row_remap_failed)))
-    out += [Sample(GPU_NVLINK_ERRORS, (gpu, kind), n) for kind, n in (details.nvlink_errors or {}).items()]
-    return out
-
-
 register("gpu_details", "slow", lambda setup: GpuDetailsCollector(setup.gpus), needs_gpu=True,
-         help="what each GPU is; power, temperature, memory, PCIe throughput, XID errors, GPM activity; ECC, "
-              "row remapping and NVLink errors")
+         help="what each GPU is; power, temperature, memory, PCIe throughput, XID errors, GPM activity")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from exporter.readers.pci import PCI_DEVICES
@@ -91,7 +92,13 @@ class GpuDetails:
     pcie_transmit_bytes_per_second: float | None = None
     pcie_receive_bytes_per_second: float | None = None
     gpm: dict[str, float] | None = None  # None: GPM not supported
-    # Health; None where the GPU does not support it (no ECC on consumer parts, no NVLink, no row remapping).
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """Error counters and remapping state; None where the GPU does not support it (no ECC on
+    consumer parts, no NVLink, no row remapping before Ampere)."""
+
     ecc_errors: dict[str, int] | None = None  # corrected / uncorrected
     remapped_rows: dict[str, int] | None = None  # correctable / uncorrectable
     row_remap_pending: bool | None = None
@@ -189,6 +196,15 @@ class FixtureGpus:
         def num(key: str) -> float | None:
             return float(g[key]) if g.get(key) is not None else None
 
+        gpm = g.get("gpm")
+        return GpuDetails(num("power_w"), num("temperature_c"), num("memory_used_bytes"),
+                          num("memory_total_bytes"), num("pcie_tx_bytes_per_second"),
+                          num("pcie_rx_bytes_per_second"),
+                          {k: float(v) for k, v in gpm.items()} if isinstance(gpm, dict) else None)
+
+    def health(self, index: int) -> GpuHealth:
+        g = self._gpu(index)
+
         def counts(key: str, names: tuple[str, ...]) -> dict[str, int] | None:
             value = g.get(key)
             if value is None:
@@ -200,16 +216,10 @@ class FixtureGpus:
         def flag(key: str) -> bool | None:
             return bool(g["row_remapping"][key]) if isinstance(g.get("row_remapping"), dict) else None
 
-        gpm = g.get("gpm")
         try:
-            return GpuDetails(num("power_w"), num("temperature_c"), num("memory_used_bytes"),
-                              num("memory_total_bytes"), num("pcie_tx_bytes_per_second"),
-                              num("pcie_rx_bytes_per_second"),
-                              {k: float(v) for k, v in gpm.items()} if isinstance(gpm, dict) else None,
-                              counts("ecc_errors", ECC_ERROR_TYPES),
-                              counts("row_remapping", ("correctable", "uncorrectable")),
-                              flag("pending"), flag("failed"),
-                              counts("nvlink_errors", NVLINK_ERROR_KINDS))
+            return GpuHealth(counts("ecc_errors", ECC_ERROR_TYPES), counts("row_remapping", ("correctable",
+                                                                                             "uncorrectable")),
+                             flag("pending"), flag("failed"), counts("nvlink_errors", NVLINK_ERROR_KINDS))
         except (KeyError, TypeError, ValueError) as e:
             raise SourceError(f"{self.path} gpu {index}", f"bad reading: {e!r}") from e
 
@@ -355,33 +365,39 @@ class NvmlGpus:
                 gpu.use_samples = False
         return nv.nvmlDeviceGetUtilizationRates(gpu.handle).gpu / 100.0
 
+    def _optional(self, index: int, fn, *args):
+        """fn(the GPU's handle, *args); None where the GPU does not support it, a SourceError
+        where the GPU is lost."""
+        try:
+            return fn(self._gpus[index].handle, *args)
+        except self._nvml.NVMLError as e:
+            if e.value == NVML_ERROR_GPU_IS_LOST:
+                raise self._error(f"NVML gpu {index}", e) from e
+            return None
+
     def details(self, index: int) -> GpuDetails:
         nv, gpu = self._nvml, self._gpus[index]
-
-        def opt(fn, *args):
-            try:
-                return fn(gpu.handle, *args)
-            except nv.NVMLError as e:
-                if e.value == NVML_ERROR_GPU_IS_LOST:
-                    raise self._error(f"NVML gpu {index}", e) from e
-                return None  # not supported on this GPU
-
+        opt = partial(self._optional, index)
         power = opt(nv.nvmlDeviceGetPowerUsage)
         temp = opt(nv.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU)
         mem = opt(nv.nvmlDeviceGetMemoryInfo)
         tx = opt(nv.nvmlDeviceGetPcieThroughput, NVML_PCIE_UTIL_TX_BYTES)
         rx = opt(nv.nvmlDeviceGetPcieThroughput, NVML_PCIE_UTIL_RX_BYTES)
-        ecc = {name: opt(nv.nvmlDeviceGetTotalEccErrors, error_type, NVML_VOLATILE_ECC)
-               for name, error_type in zip(ECC_ERROR_TYPES, NVML_MEMORY_ERROR_TYPES)}
-        rows = opt(nv.nvmlDeviceGetRemappedRows)  # (correctable, uncorrectable, pending, failed)
         return GpuDetails(power / 1000.0 if power is not None else None, float(temp) if temp is not None else None,
                           float(mem.used) if mem is not None else None, float(mem.total) if mem is not None else None,
                           tx * 1024.0 if tx is not None else None, rx * 1024.0 if rx is not None else None,
-                          self._gpm(gpu),
-                          {k: int(v) for k, v in ecc.items() if v is not None} or None,
-                          {"correctable": int(rows[0]), "uncorrectable": int(rows[1])} if rows else None,
-                          bool(rows[2]) if rows else None, bool(rows[3]) if rows else None,
-                          self._nvlink_errors(gpu, opt))
+                          self._gpm(gpu))
+
+    def health(self, index: int) -> GpuHealth:
+        nv, gpu = self._nvml, self._gpus[index]
+        opt = partial(self._optional, index)
+        ecc = {name: opt(nv.nvmlDeviceGetTotalEccErrors, error_type, NVML_VOLATILE_ECC)
+               for name, error_type in zip(ECC_ERROR_TYPES, NVML_MEMORY_ERROR_TYPES)}
+        rows = opt(nv.nvmlDeviceGetRemappedRows)  # (correctable, uncorrectable, pending, failed)
+        return GpuHealth({k: int(v) for k, v in ecc.items() if v is not None} or None,
+                         {"correctable": int(rows[0]), "uncorrectable": int(rows[1])} if rows else None,
+                         bool(rows[2]) if rows else None, bool(rows[3]) if rows else None,
+                         self._nvlink_errors(gpu, opt))
 
     def _nvlink_errors(self, gpu: _LiveGpu, opt) -> dict[str, int] | None:
         """Each error kind summed over the links that are up; None without NVLink."""
