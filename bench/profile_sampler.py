@@ -1,32 +1,42 @@
 #!/usr/bin/env python3
-"""Where gpunet-exporter's sampling time goes: cProfile over the sampler's ticks.
+"""Where gpunet-exporter's sampling time goes, on every thread the ticks use.
 
-    python bench/profile_sampler.py [--root DIR] [--no-gpus] [--seconds 60] [--top 25] [--render]
+    python bench/profile_sampler.py [--root DIR] [--no-gpus] [--seconds 60] [--functions] [--top 25]
 
 Builds the Sampler exactly as `gpunet-exporter` does (exporter.cli.make_sampler) over a
-fixture (by default a fresh bench/make_fixture.py node), then runs the ticks of
---seconds of exporter time back to back: one slow tick per --slow-interval and one fast
-tick per --fast-interval, without the sleeps. It prints the time per tick and the
-functions that take it. With --render it also profiles rendering the scrape body
-(OpenMetrics, gzip) once per fast tick, which is what each scrape costs when scrapes are
-further apart than the fast tick.
+fixture (by default a fresh bench/make_fixture.py node), then runs --seconds of exporter
+time of ticks back to back (one slow tick per --slow-interval, one fast tick per
+--fast-interval, without the sleeps), three times over:
 
-This measures the tick work only: the event loop and the hand-offs to the tick threads
-are not in it, and cProfile sees the calling thread only, so the per-GPU NVML worker
-threads' own work is missing (time waiting for them shows up as lock 'acquire'). Per-thread
-CPU of the running exporter is in /proc/PID/task/TID/schedstat; `py-spy dump --pid PID`
-names the threads (bench/README.md).
+1. plain: CPU per tick of each thread, from /proc/self/task/TID/schedstat (kernel time
+   and thread wake-ups included), and the tick's wall time. This is what the exporter
+   pays; the other two passes add their own overhead.
+2. categories: the functions that read the machine, call NVML, make counters monotonic,
+   derive link_load, publish, collect and hand calls to a worker are timed (exclusive wall
+   time, per thread, whatever thread they run on): the time of a tick per category.
+   "hand-off" is the time the tick thread spends in BoundedCalls.run beyond the worker's
+   own work: queueing, waking the worker, waking back.
+3. with --functions: cProfile, enabled inside every worker thread as well as on the tick
+   thread, merged; the top functions by own time.
+
+Then the render of a scrape body (OpenMetrics, gzip), split into gathering the families
+and formatting. Per-thread CPU of a running exporter is in /proc/PID/task/TID/schedstat;
+`py-spy dump --pid PID` names the threads (bench/README.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
+import gzip
 import io
 import pstats
 import sys
 import tempfile
+import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -35,20 +45,158 @@ sys.path.insert(0, str(HERE.parent))
 
 import make_fixture  # noqa: E402
 
+from exporter import bounded  # noqa: E402
 from exporter.cli import build_parser, make_sampler  # noqa: E402
 from exporter.registry import Registry  # noqa: E402
+
+
+# --- per-thread CPU ------------------------------------------------------------------------
+def thread_cpu_ns() -> dict[str, int]:
+    """On-CPU nanoseconds of each living thread of this process, by thread name (lanes
+    that were replaced keep their numbered names)."""
+    out = {}
+    for t in threading.enumerate():
+        try:
+            with open(f"/proc/self/task/{t.native_id}/schedstat") as f:
+                out[t.name] = int(f.read().split()[0])
+        except (OSError, ValueError, TypeError):
+            continue
+    return out
+
+
+def lane_group(name: str) -> str:
+    """gpunet-fast-collectors-1 -> gpunet-fast-collectors"""
+    stem, _, tail = name.rpartition("-")
+    return stem if tail.isdigit() else name
+
+
+HANDOFF = "hand-off: queue, wake the worker, wake back"
+WORKER = "worker batch (outer)"
+
+
+# --- exclusive timers per category ---------------------------------------------------------
+class Categories:
+    """Exclusive wall time per category, per thread: a timed function nested in another
+    is taken out of the outer one's time."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.worker_inclusive = 0.0  # the workers' whole batches, what the tick thread waited for
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def wrap(self, category: str, fn):
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            stack = getattr(self._local, "stack", None)
+            if stack is None:
+                stack = self._local.stack = []
+            now = time.perf_counter()
+            if stack:
+                self._charge(stack[-1][0], now - stack[-1][1])
+            stack.append([category, now])
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                end = time.perf_counter()
+                cat, since = stack.pop()
+                self._charge(cat, end - since, call=True)
+                if category == WORKER:
+                    with self._lock:
+                        self.worker_inclusive += end - now
+                if stack:
+                    stack[-1][1] = end
+        return timed
+
+    def _charge(self, category: str, seconds: float, call: bool = False) -> None:
+        with self._lock:
+            self.seconds[category] += seconds
+            self.calls[category] += call
+
+    def patch(self, owner, attr: str, category: str) -> None:
+        fn = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+        if fn is None:
+            return
+        if isinstance(fn, staticmethod):
+            setattr(owner, attr, staticmethod(self.wrap(category, fn.__func__)))
+        else:
+            setattr(owner, attr, self.wrap(category, fn))
+
+    def reset(self) -> None:
+        with self._lock:
+            self.seconds.clear()
+            self.calls.clear()
+            self.worker_inclusive = 0.0
+
+
+def instrument(cats: Categories, sampler) -> None:
+    """Time the functions of each category, on whatever thread they run."""
+    from exporter import root as root_mod
+    from exporter.counters import MonotonicCounters
+    from exporter.link_load import LinkLoad
+    from exporter.readers import ethtool, netdev, rdma
+
+    for attr in ("_read", "stat_key", "exists", "listdir"):
+        cats.patch(root_mod.Root, attr, "read: sysfs/proc/fixture files")
+    cats.patch(ethtool.DriverStatsReader, "_read_ioctl", "read: ioctl/netlink")
+    cats.patch(netdev.NetdevReader, "_links_netlink", "read: ioctl/netlink")
+    cats.patch(rdma, "read_counters", "read: sysfs/proc/fixture files")  # module function: only its callers see it
+    cats.patch(MonotonicCounters, "apply", "counters (monotonic)")
+    cats.patch(LinkLoad, "update", "link_load")
+    cats.patch(Registry, "publish", "publish")
+    cats.patch(bounded.BoundedCalls, "run", HANDOFF)
+    if sampler.gpus is not None:
+        backend = sampler.gpus.backend
+        for attr in ("activity", "details", "health", "processes", "mig_uuids", "xid_counts"):
+            method = getattr(backend, attr, None)
+            if method is not None:
+                setattr(backend, attr, cats.wrap("NVML calls (fixture json)", method))
+    for collector in [*sampler.link_load_inputs, *sampler.fast, *sampler.slow]:
+        inner = getattr(collector, "collector", collector)  # a Refreshed wrapper's own collector
+        for obj in {id(collector): collector, id(inner): inner}.values():
+            obj.collect = cats.wrap("collect: Python per-sample work", obj.collect)
+    # The worker's own time in the batch counts as work, not hand-off: charge it to a
+    # category of its own on the worker thread; the tick thread's wait is cut by as much.
+    original_submit = bounded._Lane.submit
+
+    def submit(self, fn):
+        return original_submit(self, cats.wrap(WORKER, fn))
+
+    bounded._Lane.submit = submit
+
+
+# --- the passes ----------------------------------------------------------------------------
+def run_ticks(sampler, n_slow: int, fast_per_slow: int, cpu: dict | None = None,
+              wall: dict | None = None) -> None:
+    for _ in range(n_slow):
+        measure(sampler.slow_tick, "slow", cpu, wall)
+        for _ in range(fast_per_slow):
+            measure(sampler.fast_tick, "fast", cpu, wall)
+
+
+def measure(fn, tick: str, cpu: dict | None, wall: dict | None) -> None:
+    before = thread_cpu_ns() if cpu is not None else None
+    t0 = time.perf_counter()
+    fn()
+    if wall is not None:
+        wall[tick] += time.perf_counter() - t0
+    if cpu is not None:
+        after = thread_cpu_ns()
+        for name, ns in after.items():
+            cpu[tick][lane_group(name)] += ns - before.get(name, 0)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--root", help="fixture root (default: a generated 8-port mlx5 node)")
-    p.add_argument("--seconds", type=float, default=60.0, help="exporter seconds of ticks to run (default 60)")
+    p.add_argument("--seconds", type=float, default=60.0, help="exporter seconds of ticks per pass (default 60)")
     p.add_argument("--fast-interval", type=float, default=0.2)
     p.add_argument("--slow-interval", type=float, default=1.0)
+    p.add_argument("--no-gpus", action="store_true", help="generate the fixture without nvml.json")
+    p.add_argument("--functions", action="store_true", help="also cProfile every thread and list the top functions")
     p.add_argument("--top", type=int, default=25, help="functions to list (default 25)")
     p.add_argument("--sort", default="tottime", choices=("tottime", "cumulative"))
-    p.add_argument("--no-gpus", action="store_true", help="generate the fixture without nvml.json")
-    p.add_argument("--render", action="store_true", help="also render the scrape body after every fast tick")
     args = p.parse_args(argv)
 
     tmp = None
@@ -62,48 +210,112 @@ def main(argv: list[str] | None = None) -> int:
                                           "--slow-interval", str(args.slow_interval)])
     registry = Registry(root)
     sampler = make_sampler(cli_args, registry)
-    sampler.slow_tick()
-    sampler.fast_tick()  # first reads and parses, outside the profile
-    if args.render:
-        registry.render(openmetrics=True, gzipped=True)
+    for _ in range(3):  # first reads, parses and thread starts, outside every pass
+        sampler.slow_tick()
+        sampler.fast_tick()
+    registry.render(openmetrics=True, gzipped=True)
 
     fast_per_slow = max(1, round(args.slow_interval / args.fast_interval))
     n_slow = max(1, round(args.seconds / args.slow_interval))
-    timings = {"slow": 0.0, "fast": 0.0, "render": 0.0}
-    prof = cProfile.Profile()
-    prof.enable()
+    n_fast = n_slow * fast_per_slow
+    exporter_seconds = n_slow * args.slow_interval
+    print(f"{len(sampler.nics)} NICs, {len(sampler.gpus.identities) if sampler.gpus else 0} GPUs; "
+          f"{n_slow} slow ticks and {n_fast} fast ticks per pass = {exporter_seconds:g} s of exporter time")
+
+    # 1. plain
+    cpu: dict[str, dict[str, int]] = {"fast": defaultdict(int), "slow": defaultdict(int)}
+    wall = {"fast": 0.0, "slow": 0.0}
+    run_ticks(sampler, n_slow, fast_per_slow, cpu, wall)
+    print("\n1. plain: CPU per tick by thread (schedstat), ms")
+    for tick, n in (("fast", n_fast), ("slow", n_slow)):
+        threads = ", ".join(f"{name} {ns / 1e6 / n:.3f}" for name, ns in sorted(cpu[tick].items(), key=lambda x: -x[1])
+                            if ns > 0)
+        total = sum(cpu[tick].values()) / 1e6 / n
+        print(f"  {tick} tick: CPU {total:.3f} ms (wall {1e3 * wall[tick] / n:.3f} ms): {threads}")
+    ticks_cpu = (sum(cpu["fast"].values()) + sum(cpu["slow"].values())) / 1e9
+    print(f"  ticks alone: {100 * ticks_cpu / exporter_seconds:.2f}% of one core")
+
+    # 2. categories: the timers are reset before each tick and read after it
+    cats = Categories()
+    instrument(cats, sampler)
+    per_tick: dict[str, dict[str, float]] = {"fast": defaultdict(float), "slow": defaultdict(float)}
+    calls: dict[str, dict[str, int]] = {"fast": defaultdict(int), "slow": defaultdict(int)}
+    tick_wall = {"fast": 0.0, "slow": 0.0}
     for _ in range(n_slow):
-        t0 = time.perf_counter()
-        sampler.slow_tick()
-        timings["slow"] += time.perf_counter() - t0
-        for _ in range(fast_per_slow):
+        for tick in ["slow"] + ["fast"] * fast_per_slow:
+            cats.reset()
             t0 = time.perf_counter()
-            sampler.fast_tick()
-            timings["fast"] += time.perf_counter() - t0
-            if args.render:
-                t0 = time.perf_counter()
-                registry.render(openmetrics=True, gzipped=True)
-                timings["render"] += time.perf_counter() - t0
-    prof.disable()
+            (sampler.fast_tick if tick == "fast" else sampler.slow_tick)()
+            tick_wall[tick] += time.perf_counter() - t0
+            for k, v in cats.seconds.items():
+                per_tick[tick][k] += v
+            for k, c in cats.calls.items():
+                calls[tick][k] += c
+            per_tick[tick][HANDOFF] -= cats.worker_inclusive
+    for tick, n in (("fast", n_fast), ("slow", n_slow)):
+        seconds = per_tick[tick]
+        # The tick thread waits in run() while the worker runs the batch: that part is work,
+        # counted in its categories (above); a batch's own code is hand-off.
+        seconds[HANDOFF] += seconds.pop(WORKER, 0.0)
+        calls[tick].pop(WORKER, None)
+        seconds["tick thread, other"] = tick_wall[tick] - sum(seconds.values())
+        print(f"\n2. {tick} tick by category: wall ms per tick, exclusive (timers' own overhead included; "
+              f"wall {1e3 * tick_wall[tick] / n:.3f} ms)")
+        for k, v in sorted(seconds.items(), key=lambda x: -x[1]):
+            count = calls[tick].get(k)
+            print(f"  {1e3 * v / n:8.3f}  {k}" + (f"  ({count / n:.0f} calls)" if count else ""))
+
+    # 3. functions, every thread
+    if args.functions:
+        profiles: list[cProfile.Profile] = []
+        original_submit = bounded._Lane.submit
+
+        def submit(self, fn):
+            def profiled():
+                prof = cProfile.Profile()
+                profiles.append(prof)
+                prof.enable()
+                try:
+                    return fn()
+                finally:
+                    prof.disable()
+            return original_submit(self, profiled)
+
+        bounded._Lane.submit = submit
+        main_prof = cProfile.Profile()
+        main_prof.enable()
+        run_ticks(sampler, n_slow, fast_per_slow)
+        main_prof.disable()
+        bounded._Lane.submit = original_submit
+        out = io.StringIO()
+        stats = pstats.Stats(main_prof, stream=out)
+        for prof in profiles:
+            stats.add(prof)
+        stats.sort_stats(args.sort).print_stats(args.top)
+        print("\n3. functions, every thread (cProfile, with its overhead, timers of pass 2 included):")
+        print(out.getvalue())
+
+    # 4. render
+    n_render = 200
+    gather = fmt = zipped = 0.0
+    for _ in range(n_render):
+        t0 = time.perf_counter()
+        families = registry.families()
+        t1 = time.perf_counter()
+        body = registry._renderer.render(families, True)
+        t2 = time.perf_counter()
+        gzip.compress(body, compresslevel=1)
+        t3 = time.perf_counter()
+        gather, fmt, zipped = gather + t1 - t0, fmt + t2 - t1, zipped + t3 - t2
+    print(f"\n4. render of one scrape body ({len(body)} bytes): families {1e3 * gather / n_render:.3f} ms, "
+          f"format {1e3 * fmt / n_render:.3f} ms, gzip {1e3 * zipped / n_render:.3f} ms")
+
+    sampler._slow_calls.close()
+    sampler._fast_calls.close()
     for collector in [*sampler.link_load_inputs, *sampler.fast, *sampler.slow]:
         close = getattr(collector, "close", None)
         if close:
             close()
-
-    n_fast = n_slow * fast_per_slow
-    total = timings["slow"] + timings["fast"]
-    exporter_seconds = n_slow * args.slow_interval
-    print(f"{len(sampler.nics)} NICs; {n_slow} slow ticks, {n_fast} fast ticks = {exporter_seconds:g} s of exporter "
-          "time (times below include cProfile's overhead, roughly x1.5-2)")
-    print(f"  slow tick: {1e3 * timings['slow'] / n_slow:.2f} ms each")
-    print(f"  fast tick: {1e3 * timings['fast'] / n_fast:.2f} ms each")
-    print(f"  ticks alone: {100 * total / exporter_seconds:.2f}% of one core")
-    if args.render:
-        print(f"  render (OpenMetrics+gzip): {1e3 * timings['render'] / n_fast:.2f} ms each")
-    out = io.StringIO()
-    stats = pstats.Stats(prof, stream=out)
-    stats.sort_stats(args.sort).print_stats(args.top)
-    print(out.getvalue())
     if tmp is not None:
         tmp.cleanup()
     return 0
