@@ -51,16 +51,24 @@ from exporter.registry import Registry  # noqa: E402
 
 
 # --- per-thread CPU ------------------------------------------------------------------------
-def thread_cpu_ns() -> dict[str, int]:
+def thread_cpu_ns(own_first: bool) -> dict[str, int]:
     """On-CPU nanoseconds of each living thread of this process, by thread name (lanes
-    that were replaced keep their numbered names)."""
+    that were replaced keep their numbered names). The calling thread's own clock is read
+    first after a tick and last before one, so that reading the others is not counted."""
     out = {}
+    me = threading.current_thread()
+    if own_first:
+        out[me.name] = time.thread_time_ns()
     for t in threading.enumerate():
+        if t is me:
+            continue
         try:
             with open(f"/proc/self/task/{t.native_id}/schedstat") as f:
                 out[t.name] = int(f.read().split()[0])
         except (OSError, ValueError, TypeError):
             continue
+    if not own_first:
+        out[me.name] = time.thread_time_ns()
     return out
 
 
@@ -176,13 +184,13 @@ def run_ticks(sampler, n_slow: int, fast_per_slow: int, cpu: dict | None = None,
 
 
 def measure(fn, tick: str, cpu: dict | None, wall: dict | None) -> None:
-    before = thread_cpu_ns() if cpu is not None else None
+    before = thread_cpu_ns(own_first=False) if cpu is not None else None
     t0 = time.perf_counter()
     fn()
     if wall is not None:
         wall[tick] += time.perf_counter() - t0
     if cpu is not None:
-        after = thread_cpu_ns()
+        after = thread_cpu_ns(own_first=True)
         for name, ns in after.items():
             cpu[tick][lane_group(name)] += ns - before.get(name, 0)
 

@@ -12,7 +12,6 @@ interrupted, and must not keep the process from exiting on SIGTERM either.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import queue
 import threading
 from collections.abc import Callable, Hashable
@@ -27,23 +26,28 @@ class BoundedCalls:
         self._name = name
         self._lanes = 0
         self._lane = self._new_lane()
-        self._stuck: dict[Hashable, cf.Future] = {}  # key -> the abandoned batch still in its call
+        self._stuck: dict[Hashable, _Job] = {}  # key -> the abandoned batch still in its call
         self._suspects: set[Hashable] = set()  # keys that hung once: called last from then on
 
     def _new_lane(self) -> _Lane:
         self._lanes += 1
         return _Lane(f"{self._name}-{self._lanes}")
 
-    def run(self, calls: dict[Hashable, Callable[[], object]], timeout: float) -> dict[Hashable, object]:
-        """{key: result, or the exception it raised, or Hung()} within about `timeout` seconds."""
+    def run(self, calls: dict[Hashable, Callable[[], object]], timeout: float,
+            in_order: bool = False) -> dict[Hashable, object]:
+        """{key: result, or the exception it raised, or Hung()} within about `timeout` seconds.
+        Keys that hung before are called last, unless `in_order` (a call needs the ones
+        before it)."""
         results: dict[Hashable, object] = {}
-        for key, future in list(self._stuck.items()):
-            if future.done():
-                del self._stuck[key]
-            else:
-                results[key] = Hung("an earlier call has not returned yet")
-        todo = sorted(((k, fn) for k, fn in calls.items() if k not in results),
-                      key=lambda item: item[0] in self._suspects)
+        if self._stuck:
+            for key, job in list(self._stuck.items()):
+                if job.finished:
+                    del self._stuck[key]
+                else:
+                    results[key] = Hung("an earlier call has not returned yet")
+        todo = [(k, fn) for k, fn in calls.items() if k not in results]
+        if self._suspects and not in_order:
+            todo.sort(key=lambda item: item[0] in self._suspects)
         if not todo:
             return results
         done: dict[Hashable, object] = {}
@@ -68,40 +72,70 @@ class BoundedCalls:
                         done[key] = e
                 current[0] = None
 
-            future = self._lane.submit(batch)
-            try:
-                future.result(timeout=timeout)
+            job = self._lane.submit(batch)
+            if job.wait(timeout):
+                job.reraise()
                 break
-            except cf.TimeoutError:
-                abandoned.set()
-                hung = current[0]
-                self._lane.close()
-                self._lane = self._new_lane()
-                if hung is None:
-                    break
-                self._stuck[hung] = future
-                self._suspects.add(hung)
-        finished = dict(done)
+            abandoned.set()
+            hung = current[0]
+            self._lane.close()
+            self._lane = self._new_lane()
+            if hung is None:
+                break
+            self._stuck[hung] = job
+            self._suspects.add(hung)
+        finished = dict(done)  # an abandoned worker may still write its late answer into `done`
         for key, _ in todo:
-            results[key] = finished.get(key, Hung(f"no answer within {timeout:.2f}s"))
+            results[key] = finished[key] if key in finished else Hung(f"no answer within {timeout:.2f}s")
         return results
 
     def close(self) -> None:
         self._lane.close()
 
 
+class _Job:
+    """A call handed to a lane; the caller waits on a plain lock the worker releases (a
+    concurrent.futures.Future costs a condition variable and more on every tick)."""
+
+    __slots__ = ("fn", "finished", "error", "_done")
+
+    def __init__(self, fn: Callable[[], None]):
+        self.fn = fn
+        self.finished = False
+        self.error: BaseException | None = None
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def run(self) -> None:
+        try:
+            self.fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
+            self.error = e
+        finally:
+            self.finished = True
+            self._done.release()
+
+    def wait(self, timeout: float) -> bool:
+        """True once it finished, False when `timeout` seconds passed first."""
+        return self.finished or self._done.acquire(timeout=timeout)
+
+    def reraise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
 class _Lane:
     """One daemon worker thread running submitted calls in order."""
 
     def __init__(self, name: str):
-        self._jobs: queue.SimpleQueue[tuple[cf.Future, Callable[[], None]] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, fn: Callable[[], None]) -> cf.Future:
-        future: cf.Future = cf.Future()
-        self._jobs.put((future, fn))
-        return future
+    def submit(self, fn: Callable[[], None]) -> _Job:
+        job = _Job(fn)
+        self._jobs.put(job)
+        return job
 
     def close(self) -> None:
         """The worker ends after its current call (at once when idle)."""
@@ -109,9 +143,4 @@ class _Lane:
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
-            future, fn = job
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn())
-                except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
-                    future.set_exception(e)
+            job.run()

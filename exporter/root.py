@@ -29,6 +29,7 @@ IGNORED_NAMES = frozenset({".keep"})
 # The most a read takes from one file. The largest the exporter reads are `ethtool -S` of a
 # port with many channels and /proc/net/netstat: tens of kilobytes.
 MAX_READ = 4 << 20
+READ_CHUNK = 64 << 10
 
 
 class Root:
@@ -71,16 +72,30 @@ class Root:
         None for a file that does not exist, where `missing_ok`."""
         p = self._prefix + rel
         try:
-            with open(p, "rb") as f:
-                data = f.read(MAX_READ + 1)
+            fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError as e:
             if missing_ok:
                 return None
             raise SourceError(p, e.strerror or str(e)) from e
         except OSError as e:
+            raise SourceError(p, e.strerror or str(e)) from e
+        try:
+            # Reads of READ_CHUNK until the end: asking for MAX_READ at once would allocate
+            # (and free) 4 MiB for every sysfs attribute of a few bytes.
+            data = os.read(fd, READ_CHUNK)
+            if data:
+                chunks = [data]
+                size = len(data)
+                while size <= MAX_READ and (chunk := os.read(fd, READ_CHUNK)):
+                    chunks.append(chunk)
+                    size += len(chunk)
+                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        except OSError as e:
             # sysfs answers EINVAL for attributes that have no value right now (the speed
             # of a link that is down); that is "unknown", still reported with its path.
             raise SourceError(p, e.strerror or str(e)) from e
+        finally:
+            os.close(fd)
         if len(data) > MAX_READ:
             raise SourceError(p, f"holds over {MAX_READ >> 20} MiB: not read")
         return data

@@ -23,7 +23,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import exporter.collectors  # noqa: F401  (importing the package registers every collector)
@@ -42,6 +42,8 @@ from exporter.workload_options import WorkloadOptions
 log = logging.getLogger("gpunet.exporter")
 
 MAX_LOGGED_PROBLEMS = 1000
+LINK_LOAD = "link_load"  # the collector label of what link_load.py derives
+INVENTORY = "inventory"  # the collector label of discovery
 
 
 class Sampler:
@@ -96,54 +98,85 @@ class Sampler:
         return max(2 * self.fast_interval, 0.2)
 
     def slow_tick(self, now: float | None = None) -> None:
+        """One slow tick, in one hand-off to its worker: discovery, then the slow collectors,
+        which see the NICs it found (the last inventory where it failed or hung)."""
         started = time.perf_counter()
         errors: list[SourceError] = []
-        found = self._slow_calls.run({"inventory": lambda: discover(self.root, self.inventory_options, errors,
-                                                                   self._static)}, timeout=self.slow_timeout)
-        result = found["inventory"]
+        context = [TickContext(time.monotonic() if now is None else now, self.nics)]
+        took: list[float] = []  # discovery's own duration
+
+        def inventory() -> dict[str, Nic]:
+            try:
+                nics = discover(self.root, self.inventory_options, errors, self._static)
+            finally:
+                took.append(time.perf_counter() - started)
+            context[0] = TickContext(time.monotonic() if now is None else now, nics)
+            return nics
+
+        calls: dict[str, Callable[[], object]] = {INVENTORY: inventory}
+        for c in self.slow:
+            calls[c.name] = lambda c=c: self._collect(c, context[0])
+        results = self._slow_calls.run(calls, timeout=self.slow_timeout, in_order=True)
+        result = results.pop(INVENTORY)
         if isinstance(result, dict):
             self.nics = result
         elif isinstance(result, Hung):  # keep the last inventory, say why (in one wording: logged once)
-            errors.append(SourceError("inventory", f"hung: no answer within {self.slow_timeout:g}s; the last "
-                                                   "inventory is kept until it answers"))
+            errors.append(SourceError(INVENTORY, f"hung: no answer within {self.slow_timeout:g}s; the last "
+                                                 "inventory is kept until it answers"))
         else:
-            errors.append(result if isinstance(result, SourceError) else SourceError("inventory", repr(result)))
-        self._report("inventory", [], time.perf_counter() - started, errors)
-        ctx = TickContext(time.monotonic() if now is None else now, self.nics)
-        self._run_bounded(self._slow_calls, self.slow, ctx, self.slow_timeout)
+            errors.append(result if isinstance(result, SourceError) else SourceError(INVENTORY, repr(result)))
+        self._report(INVENTORY, [], took[0] if took else time.perf_counter() - started, errors)
+        self._publish_all(self.slow, results, self.slow_timeout)
         self._first_slow_tick.set()
 
     def fast_tick(self, now: float | None = None) -> None:
-        """One fast tick; `now` (monotonic seconds) lets tests run ticks on a clock of their own."""
+        """One fast tick; `now` (monotonic seconds) lets tests run ticks on a clock of their own.
+
+        One hand-off to the tick's worker: the wire collector, link_load derived from its
+        samples, then the other fast collectors, which see the network state link_load set."""
         ctx = TickContext(time.monotonic() if now is None else now, self.nics)
         self.last_fast_tick = time.monotonic()
+        calls: dict[str, Callable[[], object]] = {}
+        wire: dict[str, tuple[list[Sample], float, list[SourceError]]] = {}
+        context = [ctx]
+        for c in self.link_load_inputs:
+            calls[c.name] = lambda c=c: wire.setdefault(c.name, self._collect(c, ctx))
         if self.link_load_inputs:
-            wire = self._run_bounded(self._fast_calls, self.link_load_inputs, ctx, self.fast_timeout)
-            started = time.perf_counter()
-            derived = self.link_load.update(ctx.now, ctx.nics, wire)
-            self.registry.publish("link_load", derived, time.perf_counter() - started, 0)
-            ctx = replace(ctx, network_state=self.link_load.network_state)
-        self._run_bounded(self._fast_calls, self.fast, ctx, self.fast_timeout)
+            calls[LINK_LOAD] = lambda: self._derive_link_load(context, [s for r in wire.values() for s in r[0]])
+        for c in self.fast:
+            calls[c.name] = lambda c=c: self._collect(c, context[0])
+        # In order: link_load needs the wire's samples even after the wire hung once.
+        results = self._fast_calls.run(calls, timeout=self.fast_timeout, in_order=True)
+        derived = results.pop(LINK_LOAD, None)
+        self._publish_all([*self.link_load_inputs, *self.fast], results, self.fast_timeout)
+        if isinstance(derived, tuple):
+            self.registry.publish(LINK_LOAD, derived[0], derived[1], 0)
+        elif derived is not None:  # a bug in link_load: logged, its series kept from the last tick
+            log.error("link_load failed: %r", derived)
         self.first_fast_tick_done.set()
 
-    def _run_bounded(self, calls: BoundedCalls, collectors: list[Collector], ctx: TickContext,
-                     timeout: float) -> list[Sample]:
-        """Run the collectors, one after another on the tick's worker, each bounded in time;
-        publish each one's samples (none, with an error, for one that hung); return them all."""
-        results = calls.run({c.name: (lambda c=c: self._collect(c, ctx)) for c in collectors}, timeout=timeout)
-        published: list[Sample] = []
+    def _derive_link_load(self, context: list[TickContext], wire: list[Sample]) -> tuple[list[Sample], float]:
+        """Saturated seconds and the node's network state from the wire's (monotonic) samples;
+        the collectors after it in the tick see that state through `context`."""
+        started = time.perf_counter()
+        ctx = context[0]
+        derived = self.link_load.update(ctx.now, ctx.nics, wire)
+        context[0] = replace(ctx, network_state=self.link_load.network_state)
+        return derived, time.perf_counter() - started
+
+    def _publish_all(self, collectors: list[Collector], results: dict, timeout: float) -> None:
         for collector in collectors:
             result = results.get(collector.name)
             if isinstance(result, tuple):
-                published += self._publish(collector, *result)
+                self._report(collector.name, *result)
             else:
                 # One wording while it stays hung, so that it is logged once (_report).
-                self._publish(collector, [], [SourceError(collector.name, f"hung: no answer within {timeout:g}s; "
-                                                                          "its series are left out until it answers")],
-                              0.0)
-        return published
+                self._report(collector.name, [], 0.0, [SourceError(
+                    collector.name, f"hung: no answer within {timeout:g}s; its series are left out until it answers")])
 
-    def _collect(self, collector: Collector, ctx: TickContext) -> tuple[list[Sample], list[SourceError], float]:
+    def _collect(self, collector: Collector, ctx: TickContext) -> tuple[list[Sample], float, list[SourceError]]:
+        """Run on the tick's worker: the collector's samples, made monotonic, its run time
+        (the collect alone) and its problems."""
         started = time.perf_counter()
         errors: list[SourceError] = []
         try:
@@ -155,14 +188,13 @@ class Sampler:
             log.exception("collector %s failed", collector.name)
             errors.append(SourceError(collector.name, repr(e)))
             samples = []
-        return samples, errors, time.perf_counter() - started
-
-    def _publish(self, collector: Collector, samples: list[Sample], errors: list[SourceError],
-                 duration: float) -> list[Sample]:
-        counters = self._counters.setdefault(collector.name, MonotonicCounters())
-        samples = counters.apply(samples)
-        self._report(collector.name, samples, duration, errors)
-        return samples
+        duration = time.perf_counter() - started
+        # A collector runs on one worker at a time (a hung one is skipped until it returns),
+        # so its counters are never applied from two threads at once.
+        counters = self._counters.get(collector.name)
+        if counters is None:
+            counters = self._counters[collector.name] = MonotonicCounters()
+        return counters.apply(samples), duration, errors
 
     def _report(self, name: str, samples: list[Sample], duration: float, errors: list[SourceError]) -> None:
         self.registry.publish(name, samples, duration, len(errors))
