@@ -10,7 +10,6 @@ import re
 import signal
 import sys
 
-import yaml
 from aiohttp import web
 
 from exporter.collector_flags import add_collector_flags, enabled_collectors, unknown_collector
@@ -215,6 +214,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     settings: dict[str, object] = {}
     config_path = first.config or os.environ.get("GPUNET_CONFIG")
     if config_path:
+        import yaml  # only with a settings file: an exporter without one does not load it
+
         try:
             loaded = yaml.safe_load(open(config_path, encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError) as e:

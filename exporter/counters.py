@@ -12,6 +12,7 @@ from exporter.samples import Sample
 
 # Series not read for this many ticks are forgotten, bounding memory as NICs come and go.
 FORGET_AFTER_TICKS = 3000
+INF = float("inf")
 
 
 class MonotonicCounters:
@@ -27,33 +28,36 @@ class MonotonicCounters:
         self._tick += 1
         tick = self._tick
         state = self._state
-        out = []
+        out: list[Sample] = []
+        append = out.append  # hundreds of samples a tick: every lookup saved counts
         for s in samples:
-            if s.metric.type != "counter":
-                out.append(s)
+            metric, labels, raw, wrap = s
+            if metric.type != "counter":
+                append(s)
                 continue
-            key = (s.metric.name, s.labels)
+            key = (metric.name, labels)
             entry = state.get(key)
-            raw = s.value
-            if not 0 <= raw < float("inf"):  # a driver's -1 or NaN is no reading: the last value stands
+            if not 0 <= raw < INF:  # a driver's -1 or NaN is no reading: the last value stands
                 if entry is not None:
                     entry[2] = tick
-                    out.append(s._replace(value=entry[1]))
+                    append(s._replace(value=entry[1]))
                 continue
             if entry is None:
                 state[key] = [raw, raw, tick]
-                out.append(s)
+                append(s)
                 continue
             last_raw, exported, _ = entry
             if raw >= last_raw:
                 exported += raw - last_raw
-            elif s.wrap and s.wrap / 2 <= last_raw < s.wrap and raw < s.wrap / 2:
-                exported += raw + s.wrap - last_raw  # passed the top of a narrow counter
+            elif wrap and wrap / 2 <= last_raw < wrap and raw < wrap / 2:
+                exported += raw + wrap - last_raw  # passed the top of a narrow counter
             else:
                 exported += raw  # reset (a value past the width cannot have wrapped): restarted from zero
-            entry[0], entry[1], entry[2] = raw, exported, tick
+            entry[0] = raw
+            entry[1] = exported
+            entry[2] = tick
             # Most counters never wrapped nor reset: their sample goes out as it came.
-            out.append(s if exported == raw else s._replace(value=exported))
+            append(s if exported == raw else s._replace(value=exported))
         if tick % 100 == 0:
             for key in [k for k, e in state.items() if tick - e[2] > FORGET_AFTER_TICKS]:
                 del state[key]

@@ -12,9 +12,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from prometheus_client import ProcessCollector
-
 from exporter.exposition import Family, Renderer
+from exporter.process import ProcessMetrics
 from exporter.samples import Sample
 from gpunet import __version__
 from gpunet.contract import (
@@ -56,7 +55,7 @@ class Registry:
         self._render_lock = threading.Lock()
         self._root_label = root_label
         self._renderer = Renderer()
-        self._process = ProcessCollector(registry=None)  # process_cpu_seconds_total, RSS, fds
+        self._process = ProcessMetrics()  # process_cpu_seconds_total, RSS, fds
         self._bad_requests = 0
         self._refused = dict.fromkeys(HTTP_REFUSED_REASONS, 0)
         self._open_connections = 0
@@ -150,9 +149,5 @@ class Registry:
             samples.sort(key=lambda s: s.labels)
             out.append(Family(metric.name, metric.type, metric.help,
                               [(metric.name, metric.labels, s.labels, float(s.value)) for s in samples]))
-        for process_metric in self._process.collect():
-            name = process_metric.name + "_total" if process_metric.type == "counter" else process_metric.name
-            out.append(Family(name, process_metric.type, process_metric.documentation,
-                              [(s.name, tuple(s.labels), tuple(s.labels.values()), float(s.value))
-                               for s in process_metric.samples]))
+        out += self._process.families()
         return out

@@ -9,6 +9,7 @@ Sources and the reasoning for each choice are in docs/vendor-counters.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from gpunet.contract import PFC_PRIORITIES
 
@@ -43,12 +44,12 @@ class DriverCounters:
     out_of_buffer: Names = ()
     hw_counter_wrap: float | None = None  # width of the driver's hw_counters, where they wrap
 
-    @property
+    @cached_property  # asked on every read, for every NIC
     def wire_names(self) -> frozenset[str]:
         """What the fast tick reads from the driver: wire bytes and pause frames."""
         return flat_names(self.wire_rx_bytes, self.wire_tx_bytes, self.pause_frames)
 
-    @property
+    @cached_property
     def slow_names(self) -> frozenset[str]:
         return flat_names(self.pause_duration, self.rx_discards, self.tx_discards, self.rx_errors,
                           self.symbol_errors, self.fec_corrected_bit_errors, self.fec_corrected_blocks,

@@ -37,8 +37,6 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from gpunet.window import parse_duration
 
 # exporter-toolkit's client_auth_type -> what Python's ssl does. RequestClientCert asks for a
@@ -95,6 +93,8 @@ class WebConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> WebConfig:
+        import yaml  # only with --web.config.file: an exporter without one does not load it
+
         path = Path(path)
         try:
             doc = yaml.safe_load(path.read_text(encoding="utf-8"))

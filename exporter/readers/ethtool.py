@@ -42,7 +42,9 @@ class DriverStatsReader:
     def __init__(self, root: Root):
         self.root = root
         self._ioctl: dict[str, _IoctlState] = {}  # live: device -> its ioctl state
-        self._parsed: dict[str, tuple[tuple[int, int], dict[str, int], list[SourceError]]] = {}
+        # Fixture: (device, wanted) -> (the file's stat key, those counters, the parse's problems).
+        self._parsed: dict[tuple[str, frozenset[str] | None],
+                           tuple[tuple[int, int], dict[str, int], list[SourceError]]] = {}
 
     def close(self) -> None:
         for state in self._ioctl.values():
@@ -57,21 +59,23 @@ class DriverStatsReader:
     def read(self, device: str, errors: list[SourceError], wanted: frozenset[str] | None = None) -> dict[str, int]:
         """Driver counters of a device (those in `wanted`, or all); raises SourceError when
         none can be had. A ConnectX prints over 2,000 counters: picking the few wanted ones
-        by index keeps a fast-tick read cheap."""
+        by index keeps a fast-tick read cheap, and keeping only those keeps memory small."""
         if self.root.is_live:
             return self._read_ioctl(device, wanted)
-        return self._read_file(device, errors)
+        return self._read_file(device, errors, wanted)
 
-    def _read_file(self, device: str, errors: list[SourceError]) -> dict[str, int]:
+    def _read_file(self, device: str, errors: list[SourceError], wanted: frozenset[str] | None) -> dict[str, int]:
         rel = f"ethtool/{device}.txt"
         key = self.root.stat_key(rel)
         if key is None:
             raise SourceError(str(self.root.path(rel)), "no driver statistics file")
-        cached = self._parsed.get(device)
+        cached = self._parsed.get((device, wanted))
         if cached is None or cached[0] != key:
             stats, problems = parse_ethtool_stats(self.root.read_text(rel), str(self.root.path(rel)))
+            if wanted is not None:
+                stats = {name: stats[name] for name in wanted if name in stats}
             cached = (key, stats, problems)
-            self._parsed[device] = cached
+            self._parsed[(device, wanted)] = cached
         errors.extend(cached[2])
         return cached[1]
 
@@ -88,20 +92,22 @@ class DriverStatsReader:
             # The kernel writes as many values as the driver has *now* into our buffer, so
             # the names (and the buffer) must follow that count, or it would overflow.
             count = handle.get_stringset_length(ETH_SS_STATS)
-            if state.names is None or len(state.names) != count:
-                state.names = handle.get_stringset(set_id=ETH_SS_STATS) if count else []
+            if state.count != count:
+                state.count = count
                 state.buffer = generate_EthtoolGStats(count)(cmd=ETHTOOL_GSTATS)
                 state.picks.clear()
             if not count:
                 return {}
+            # The 2,000 names are fetched only to find the wanted ones' places, then let go.
+            names = handle.get_stringset(set_id=ETH_SS_STATS) if wanted is None or wanted not in state.picks else None
             handle.ifreq.gstats = ctypes.cast(ctypes.byref(state.buffer), ctypes.POINTER(None))
             handle.ioctl()
             data = state.buffer.data
             if wanted is None:
-                return dict(zip(state.names, data))
+                return dict(zip(names, data))
             picks = state.picks.get(wanted)
             if picks is None:
-                index = {name: i for i, name in enumerate(state.names)}
+                index = {name: i for i, name in enumerate(names)}
                 picks = state.picks[wanted] = [(n, index[n]) for n in wanted if n in index]
             return {name: data[i] for name, i in picks}
         except Exception as e:  # noqa: BLE001 - ENODEV, EOPNOTSUPP, EPERM...
@@ -112,11 +118,11 @@ class DriverStatsReader:
 
 
 class _IoctlState:
-    """A device's ethtool socket, its counter names, the value buffer and name->index picks."""
+    """A device's ethtool socket, its counter count, the value buffer and name->index picks."""
 
     def __init__(self, handle):
         self.handle = handle
-        self.names: list[str] | None = None
+        self.count: int | None = None
         self.buffer = None
         self.picks: dict[frozenset[str], list[tuple[str, int]]] = {}
 
