@@ -41,7 +41,7 @@ class Family:
     __slots__ = ("name", "type", "help", "samples")
 
     def __init__(self, name: str, type_: str, help_: str, samples: list[tuple[str, tuple, tuple, float]]):
-        """samples: (sample name, label names, label values, value)."""
+        """samples: (sample name, label names, label values, value as a float)."""
         self.name, self.type, self.help, self.samples = name, type_, help_, samples
 
 
@@ -75,8 +75,11 @@ class Renderer:
             out.append(f"# HELP {name} {escape_help(fam.help)}\n# TYPE {name} {fam.type}\n")
             if openmetrics and (unit := unit_of(name)):
                 out.append(f"# UNIT {name} {unit}\n")
-            prefix = self._prefix
-            out.extend(f"{prefix(s, n, v)}{format_value(x)}\n" for s, n, v, x in fam.samples)
+            prefixes, prefix = self._prefixes, self._prefix
+            append = out.append
+            for s, n, v, x in fam.samples:  # a thousand lines a scrape: the common case inline
+                line = prefixes.get((s, n, v)) or prefix(s, n, v)
+                append(f"{line}{repr(x) if x - x == 0 else format_value(x)}\n")  # x - x: 0 unless inf or NaN
         if openmetrics:
             out.append("# EOF\n")
         return "".join(out).encode()

@@ -11,6 +11,7 @@ import gzip
 import threading
 import time
 from dataclasses import dataclass
+from operator import itemgetter
 
 from exporter.exposition import Family, Renderer
 from exporter.process import ProcessMetrics
@@ -32,6 +33,7 @@ from gpunet.contract import (
     MetricSpec,
 )
 
+LABELS = itemgetter(1)  # a Sample's labels
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
@@ -125,9 +127,13 @@ class Registry:
             ticks = {k: list(v) for k, v in self._ticks.items()}
             bad_requests = self._bad_requests
             refused = dict(self._refused)
+        # A thousand samples a scrape: grouped without a throwaway (metric, []) per sample.
         by_metric: dict[str, tuple[MetricSpec, list[Sample]]] = {}
         for s in published:
-            by_metric.setdefault(s.metric.name, (s.metric, []))[1].append(s)
+            group = by_metric.get(s.metric.name)
+            if group is None:
+                group = by_metric[s.metric.name] = (s.metric, [])
+            group[1].append(s)
 
         self_samples = [Sample(EXPORTER_BUILD_INFO, (__version__, self._root_label), 1.0),
                         Sample(HTTP_BAD_REQUESTS, (), bad_requests),
@@ -145,8 +151,9 @@ class Registry:
             by_metric.setdefault(s.metric.name, (s.metric, []))[1].append(s)
 
         out = []
-        for metric, samples in sorted(by_metric.values(), key=lambda item: item[0].name):
-            samples.sort(key=lambda s: s.labels)
+        for name in sorted(by_metric):
+            metric, samples = by_metric[name]
+            samples.sort(key=LABELS)
             out.append(Family(metric.name, metric.type, metric.help,
                               [(metric.name, metric.labels, s.labels, float(s.value)) for s in samples]))
         out += self._process.families()
