@@ -1,0 +1,34 @@
+"""What a running exporter has imported: only what serving its node needs. A node without
+GPUs, and an install without pandas, never load the diagnoser's stack or NVML's bindings;
+settings files (yaml) and prometheus_client are not needed to serve at all."""
+
+import subprocess
+import sys
+
+import pytest
+from conftest import FIXTURES
+
+# Serve's imports, then a few ticks and a render, as the daemon does; then what was loaded.
+PROGRAM = """
+import sys
+from exporter.cli import build_parser, make_sampler, serve  # noqa: F401  (serve's imports too)
+from exporter.registry import Registry
+root = sys.argv[1]
+registry = Registry(root)
+sampler = make_sampler(build_parser().parse_args(["--root", root]), registry)
+for _ in range(2):
+    sampler.slow_tick()
+    sampler.fast_tick()
+registry.render(openmetrics=True, gzipped=True)
+print(" ".join(sorted({m.split(".")[0] for m in sys.modules})))
+"""
+NEVER = {"pandas", "numpy", "diagnoser", "pynvml", "prometheus_client", "yaml", "pyroute2"}
+
+
+@pytest.mark.parametrize("node", ["roce-mlx5", "h100-8gpu"])
+def test_serving_a_fixture_node_imports_none_of_the_heavy_stacks(node):
+    result = subprocess.run([sys.executable, "-c", PROGRAM, str(FIXTURES / node)], capture_output=True, text=True,
+                            timeout=60, check=True)
+    loaded = set(result.stdout.split())
+    assert "exporter" in loaded
+    assert not loaded & NEVER, sorted(loaded & NEVER)
