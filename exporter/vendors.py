@@ -50,6 +50,14 @@ class DriverCounters:
         return flat_names(self.wire_rx_bytes, self.wire_tx_bytes, self.pause_frames)
 
     @cached_property
+    def pause_frame_aliases(self) -> tuple[tuple[tuple[str, str], tuple[str, ...]], ...]:
+        """((direction, priority), its names in the order tried), from pause_frames."""
+        aliases: dict[tuple[str, str], list[str]] = {}
+        for name, labels in self.pause_frames.items():
+            aliases.setdefault(labels, []).append(name)
+        return tuple((labels, tuple(names)) for labels, names in aliases.items())
+
+    @cached_property
     def slow_names(self) -> frozenset[str]:
         return flat_names(self.pause_duration, self.rx_discards, self.tx_discards, self.rx_errors,
                           self.symbol_errors, self.fec_corrected_bit_errors, self.fec_corrected_blocks,

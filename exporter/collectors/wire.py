@@ -92,12 +92,12 @@ class WireCollector:
             samples.append(Sample(NIC_RECEIVE_BYTES, (nic.device,), rx))
         if tx is not None:
             samples.append(Sample(NIC_TRANSMIT_BYTES, (nic.device,), tx))
-        seen: set[tuple[str, str]] = set()
-        for name, (direction, priority) in table.pause_frames.items():
-            value = stats.get(name)
-            if value is not None and (direction, priority) not in seen:
-                seen.add((direction, priority))  # first alias present wins
-                samples.append(Sample(NIC_PFC_PAUSE_FRAMES, (nic.device, direction, priority), value))
+        for (direction, priority), names in table.pause_frame_aliases:
+            for name in names:  # the first alias present wins
+                value = stats.get(name)
+                if value is not None:
+                    samples.append(Sample(NIC_PFC_PAUSE_FRAMES, (nic.device, direction, priority), value))
+                    break
 
     def _from_ib(self, nic: Nic, source: str, samples: list[Sample], errors: list[SourceError]) -> None:
         assert nic.rdma is not None
