@@ -102,7 +102,7 @@ def test_a_window_without_data_says_where_the_data_is(server, served, victoria, 
 
 CONFIRMED = ["pfc_storm.om.gz", "two_incidents.om.gz", "link_degraded_flap.om.gz", "packet_loss_tcp.om.gz",
              "gpu_throttle.om.gz", "network_bandwidth_25g.om.gz", "network_congestion.om.gz", "straggler_trickle.om.gz",
-             "host_bound.om.gz", "network_congestion_no_ecn.om.gz"]
+             "host_bound.om.gz", "network_congestion_no_ecn.om.gz", "network_congestion_ib.om.gz"]
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")

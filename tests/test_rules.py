@@ -4,6 +4,8 @@ test_diagnoser.py; these say which condition broke."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -23,9 +25,11 @@ NODE_HEALTHY = {"idle_frac": 0.2, "idle_frac_z": 0.0, "pfc_tx_rate": 0.0, "pfc_t
 CLUSTER_HEALTHY = {"gpu_time": 8 * 8 * 20.0, "idle_frac": 0.2, "idle_paused_frac": 0.0, "idle_saturated_frac": 0.03,
                    "idle_active_frac": 0.12, "idle_quiet_frac": 0.05, "ecn_per_gb": 1.0, "pfc_rx_rate": 0.0,
                    "pfc_rx_nodes": 0, "retrans_ratio": 1e-5, "util_median": 0.4, "sat_frac_median": 0.05,
-                   "state_sat_frac_median": 0.05, "other_util_median": 0.001}
+                   "state_sat_frac_median": 0.05, "other_util_median": 0.001, "xmit_wait_per_gb": float("nan")}
+# A RoCE fabric: no credit waits (InfiniBand's port_xmit_wait) anywhere.
 BASELINE = Baseline(idle_frac=0.2, idle_saturated_frac=0.03, idle_quiet_frac=0.05, ecn_per_gb=1.0,
-                    retrans_ratio=1e-5, other_util=0.001)
+                    retrans_ratio=1e-5, other_util=0.001, xmit_wait_per_gb=float("nan"))
+IB_BASELINE = dataclasses.replace(BASELINE, ecn_per_gb=float("nan"), xmit_wait_per_gb=2e4)
 
 
 def window(cluster: dict | None = None, nodes: dict[str, dict] | None = None, nics: dict | None = None,
@@ -152,6 +156,21 @@ def test_congestion_on_pauses_received_across_the_fabric():
     assert d is not None and d.confidence == pytest.approx(0.6)
     # on two nodes only: a local matter, not the fabric
     assert check("network_congestion", window({"idle_frac": 0.27, "pfc_rx_rate": 8 * 50.0, "pfc_rx_nodes": 2})) is None
+
+
+def test_congestion_on_infiniband_is_credit_wait_ten_times_the_jobs_baseline():
+    def ib(wait_per_gb: float, idle: float = 0.27) -> WindowContext:
+        ctx = window({"idle_frac": idle, "ecn_per_gb": float("nan"), "xmit_wait_per_gb": wait_per_gb})
+        return dataclasses.replace(ctx, baseline=IB_BASELINE)
+
+    d = check("network_congestion", ib(2e5))
+    assert d is not None and d.confidence == pytest.approx(0.9)
+    assert d.evidence["credit_wait_per_gb_times_baseline"] == pytest.approx(10.0)
+    assert check("network_congestion", ib(1.9e5)) is None  # a busier burst, not congestion
+    assert check("network_congestion", ib(2e6, idle=0.2)) is None  # GPUs do not wait for it
+    # no baseline to rise from (no waits when healthy, or congested all along): no finding
+    ctx = dataclasses.replace(ib(2e6), baseline=dataclasses.replace(IB_BASELINE, xmit_wait_per_gb=0.0))
+    assert check("network_congestion", ctx) is None
 
 
 def test_congestion_is_not_reported_beside_the_storm_that_causes_it():

@@ -411,9 +411,48 @@ def test_generated_trace_is_contract_conformant_and_parses_with_prometheus_clien
     families = list(text_string_to_metric_families((tmp_path / "x.om").read_text()))
     names = {f.name for f in families}
     for metric, _ in FAMILIES:
-        assert (metric.name.removesuffix("_total") if metric.type == "counter" else metric.name) in names
+        if metric is not C.NIC_TRANSMIT_WAIT:  # InfiniBand's alone (the test below)
+            assert (metric.name.removesuffix("_total") if metric.type == "counter" else metric.name) in names
     types = {f.name: f.type for f in families}
     assert types["gpunet_nic_transmit_bytes"] == "counter" and types["gpunet_nic_up"] == "gauge"
+    assert "gpunet_nic_transmit_wait_ticks" not in names
+
+
+def test_an_infiniband_fabric_counts_credit_waits_instead_of_pauses_and_marks(tmp_path):
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    generate(["--nodes", "3", "--gpus", "1", "--nics", "2", "--duration", "10m", "--seed", "5", "--link-layer",
+              "infiniband", "--fault", "network_congestion:start=4m,dur=3m", "--confounder", "spare_port:nodes=1",
+              str(tmp_path / "ib.om")])
+    check_trace_file(tmp_path / "ib.om")
+    families = {f.name: f for f in text_string_to_metric_families((tmp_path / "ib.om").read_text())}
+    for ethernet_only in ("gpunet_nic_pfc_pause_frames", "gpunet_nic_ecn_marked_packets", "gpunet_nic_cnp_sent",
+                          "gpunet_nic_pfc_enabled", "gpunet_nic_ecn_enabled", "gpunet_nic_qos_trust_info"):
+        assert ethernet_only not in families
+    layers = {s.labels["device"]: s.labels["link_layer"] for s in families["gpunet_nic_info"].samples}
+    assert layers["eno1"] == "Ethernet" and {v for d, v in layers.items() if d != "eno1"} == {"InfiniBand"}
+    # per NIC: ticks waited per second, healthy against congested minutes
+    waits: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for s in families["gpunet_nic_transmit_wait_ticks"].samples:
+        waits.setdefault((s.labels["instance"], s.labels["device"]), []).append((float(s.timestamp), s.value))
+    start = min(t for series in waits.values() for t, _ in series)
+    for device, series in waits.items():
+        t, v = np.array(series).T
+        if np.ptp(v) == 0:  # the spare port, down all along
+            continue
+
+        def rate(a, b):
+            i, j = np.searchsorted(t, start + a), np.searchsorted(t, start + b)
+            return (v[j] - v[i]) / (t[j] - t[i])
+        assert rate(260, 400) > 20 * rate(20, 220), device
+
+
+def test_infiniband_refuses_what_it_has_no_part_of(tmp_path, capsys):
+    for extra, word in ((["--fault", "pfc_storm:start=1m,dur=1m"], "no PFC"),
+                        (["--config-fault", "ecn_off:culprits=0"], "an Ethernet setting"),
+                        (["--transport", "tcp"], "IPoIB")):
+        code = main(["--nodes", "2", "--duration", "5m", "--link-layer", "infiniband", *extra, str(tmp_path / "x.om")])
+        assert code == 2 and word in capsys.readouterr().err
+        assert not (tmp_path / "x.om").exists()
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")

@@ -49,7 +49,7 @@ def baseline(f: Features) -> Baseline:
 
     idle_base = float(np.quantile(idle, BASELINE_QUANTILE)) if len(idle) else float("nan")
     return Baseline(idle_base, q("idle_saturated_frac"), q("idle_quiet_frac"), q("ecn_per_gb"),
-                    q("retrans_ratio"), q("other_util_median"))
+                    q("retrans_ratio"), q("other_util_median"), q("xmit_wait_per_gb"))
 
 
 def windows(f: Features, base: Baseline) -> list[WindowContext]:

@@ -64,6 +64,9 @@ def compute(frame: Frame) -> Features:
         # Congestion marks per gigabyte moved: a busy healthy fabric marks some packets;
         # congestion marks many more for the same traffic.
         f["ecn_per_gb"] = (n["ecn"].fillna(0) + n["cnp_sent"].fillna(0)) / ((n["tx_bytes"] + n["rx_bytes"]) / 1e9)
+        # InfiniBand's back-pressure: ticks a port waited for credit, per gigabyte moved. The
+        # tick is the HCA's own, so only its rise against the same job's baseline means anything.
+        f["xmit_wait_per_gb"] = n["xmit_wait"] / ((n["tx_bytes"] + n["rx_bytes"]) / 1e9)
         f["loss_rate"] = n["rdma_loss"] / step
         f["rx_error_rate"] = n["rx_errors"] / step
         f["retrans_ratio"] = n["tcp_retrans"] / n["tcp_sent"].where(n["tcp_sent"] > 0)
@@ -97,6 +100,7 @@ def compute(frame: Frame) -> Features:
     g["sat_frac_median"] = by["sat_frac"].median()
     g["state_sat_frac_median"] = by["state_sat_frac"].median()
     g["ecn_per_gb"] = by["ecn_per_gb"].median()
+    g["xmit_wait_per_gb"] = by["xmit_wait_per_gb"].median()
     g["retrans_ratio"] = n["tcp_retrans"].groupby(level="window").sum(min_count=1) / \
         n["tcp_sent"].groupby(level="window").sum(min_count=1).replace(0, np.nan)
     g["throttle_frac_max"] = by["throttle_frac"].max()

@@ -52,6 +52,7 @@ COLUMNS = (
     Column(c.NIC_RECEIVE_ERRORS.name, "nic", "rx_errors"),
     Column(c.NIC_CARRIER_CHANGES.name, "nic", "carrier_changes"),
     Column(c.NIC_SATURATED_SECONDS.name, "nic", "saturated"),
+    Column(c.NIC_TRANSMIT_WAIT.name, "nic", "xmit_wait"),  # InfiniBand's congestion signal, in the HCA's ticks
     Column(c.NIC_PFC_PAUSE_FRAMES.name, "nic", "pfc_", split_by="direction",
            split_values={"transmit": "tx", "receive": "rx"}, default_split="receive"),
     Column(c.NIC_LINK_SPEED.name, "nic", "speed", MEAN),
@@ -73,7 +74,7 @@ NODE_INCREASES = tuple(col for col in COLUMNS if col.table == "node")
 
 NODE_COLUMNS = (
     "gpus", "busy", "idle_paused", "idle_saturated", "idle_active", "idle_quiet", "throttled", "sm_clock",
-    "tx_bytes", "rx_bytes", "capacity", "saturated", "pfc_tx", "pfc_rx", "ecn", "cnp_sent", "cnp_received",
+    "tx_bytes", "rx_bytes", "capacity", "saturated", "pfc_tx", "pfc_rx", "xmit_wait", "ecn", "cnp_sent", "cnp_received",
     "rdma_loss", "discards", "rx_errors", "tcp_retrans", "tcp_sent", "carrier_changes", "nics_down",
     "state_paused", "state_saturated", "state_active", "state_quiet",
     "other_bytes", "other_capacity",  # NICs outside the training fabric (management, storage)
@@ -81,10 +82,10 @@ NODE_COLUMNS = (
     "bursts",  # quiet -> busy transitions of the fabric at the exporter's fast tick
 )
 GPU_COLUMNS = ("busy", "idle", "throttled", "sm_clock")
-NIC_COLUMNS = ("fabric", "speed", "up", "tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "ecn",
+NIC_COLUMNS = ("fabric", "speed", "up", "tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "xmit_wait", "ecn",
                "cnp_sent", "cnp_received", "rdma_loss", "discards", "rx_errors", "carrier_changes")
 # The NIC columns summed per node over its fabric NICs.
-NIC_SUMMED = ("tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "ecn", "cnp_sent", "cnp_received",
+NIC_SUMMED = ("tx_bytes", "rx_bytes", "saturated", "pfc_tx", "pfc_rx", "xmit_wait", "ecn", "cnp_sent", "cnp_received",
               "rdma_loss", "discards", "rx_errors", "carrier_changes")
 WORKLOAD_COLUMNS = ("instance", "gpu", "workload", "source", "namespace", "window")
 

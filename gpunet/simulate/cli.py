@@ -20,6 +20,7 @@ from gpunet.simulate.params import (
     CONFIG_FAULTS,
     CONFOUNDERS,
     HOSTNAME_STYLES,
+    LINK_LAYERS,
     ClusterParams,
     FabricParams,
     JobParams,
@@ -75,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what ranks waiting for a straggler send")
     f = p.add_argument_group("fabric")
     f.add_argument("--no-ecn", action="store_true", help="the fabric does not ECN-mark (PFC only)")
+    f.add_argument("--link-layer", choices=LINK_LAYERS, default="ethernet",
+                   help="ethernet (RoCE: PFC, ECN, CNPs) or infiniband (credits: port_xmit_wait)")
     s = p.add_argument_group("scrape")
     s.add_argument("--duration", default="1h")
     s.add_argument("--scrape", default="15s", help="scrape interval (5s to 60s)")
@@ -121,7 +124,8 @@ def spec_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> S
                           jitter=flag("scrape-jitter", parse_duration, args.scrape_jitter),
                           missing=args.missing_scrapes, tick=flag("tick", parse_duration, args.tick))
     command = "gpunet-simulate " + " ".join(shlex.quote(a) for a in argv) if argv is not None else ""
-    return SimSpec(cluster=cluster, job=job, fabric=FabricParams(ecn=not args.no_ecn), scrape=scrape,
+    fabric = FabricParams(ecn=not args.no_ecn, link_layer=args.link_layer)
+    return SimSpec(cluster=cluster, job=job, fabric=fabric, scrape=scrape,
                    faults=[flag("fault", lambda x: parse_fault(x, duration), x) for x in args.fault],
                    confounders=[flag("confounder", parse_confounder, x) for x in args.confounder],
                    config_faults=[flag("config-fault", parse_config_fault, x) for x in args.config_fault],

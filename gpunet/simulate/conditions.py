@@ -95,6 +95,7 @@ class Conditions:
     pause_rx: np.ndarray  # (N, K) pause frames received per second of link activity
     pause_tx: np.ndarray  # (N, K) pause frames sent per second of link activity
     pause_tx_const: np.ndarray  # (N, K) pause frames sent per second, traffic or not (a storm)
+    xmit_wait: np.ndarray  # (N, K) share of active time the port waits for credit (InfiniBand)
     discards: np.ndarray  # (N, K) receive discards per second
     ack_timeout_const: np.ndarray  # (N, K) ACK timeouts per second (link down under live QPs)
     throttle: np.ndarray  # (N, G, R) fraction of time each throttle reason is active
@@ -110,8 +111,9 @@ def baseline(spec: SimSpec, ecn: bool) -> Conditions:
     n, k, g = c.nodes, c.nics, c.gpus
     nk = (n, k)
     tcp = spec.job.transport == "tcp"
-    # A TCP job's traffic is on a lossy class: no PFC, no ECN marks on RoCE, no CNPs.
-    roce = 0.0 if tcp else 1.0
+    # A TCP job's traffic is on a lossy class: no PFC, no ECN marks on RoCE, no CNPs. Nor
+    # has InfiniBand, whose back-pressure is credits (port_xmit_wait).
+    roce = 0.0 if tcp or f.infiniband else 1.0
     burst_packets = volume_per_rail(spec) * (1 + f.header_overhead) / f.packet_bytes
     return Conditions(
         compute_factor=np.ones((n, g)), gap_add=0.0, grad_factor=1.0,
@@ -123,7 +125,8 @@ def baseline(spec: SimSpec, ecn: bool) -> Conditions:
         # grow longer (links too slow), which is no congestion.
         ecn_burst=np.full(nk, f.ecn_background * roce * burst_packets if ecn else 0.0),
         pause_rx=np.full(nk, f.pause_rx_background * roce), pause_tx=np.full(nk, f.pause_tx_background * roce),
-        pause_tx_const=np.zeros(nk), discards=np.zeros(nk), ack_timeout_const=np.zeros(nk),
+        pause_tx_const=np.zeros(nk), xmit_wait=np.full(nk, f.xmit_wait_background if f.infiniband else 0.0),
+        discards=np.zeros(nk), ack_timeout_const=np.zeros(nk),
         throttle=np.zeros((n, g, len(THROTTLE_REASONS))), clock=np.ones((n, g)),
         trickle=spec.job.wait_traffic == "trickle")
 

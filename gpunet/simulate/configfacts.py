@@ -81,6 +81,10 @@ def emit(spec: SimSpec, ports: list, mgmt, gpus: list, node: int, used: np.ndarr
 
     for p in ports:
         d, dev = nic[p.device], {"device": p.device}
+        if f.infiniband:  # no DCB, no 802.3x, no trust mode: only the port's MTU and PCIe
+            add(C.NIC_MTU.name, dev, 4096.0 * ones)
+            _pcie(add, dev, nic_pcie[p.device], ones, gpu=False)
+            continue
         for q in range(8):
             add(C.NIC_PFC_ENABLED.name, {**dev, "priority": str(q)}, float(str(q) in d["pfc"]) * ones)
             for pt in C.ECN_POINTS:

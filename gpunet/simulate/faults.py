@@ -16,6 +16,8 @@ Signatures (what the physics makes of the conditions):
   Xoff the switch pauses the senders (received PFC pauses, moderate). DCQCN cuts the rates:
   throughput well below line rate, GPU idle in `active`/`paused`. Variant `no_ecn`: the
   fabric has no ECN (whole trace), so PFC alone brakes: more received pauses, no marks.
+  On InfiniBand (--link-layer infiniband) the switches withhold credits instead: every
+  port's port_xmit_wait climbs to a large share of its time.
 - pfc_storm: one host's NIC cannot drain its receive buffer (stuck host, firmware) and sends
   PFC XOFF continuously, traffic or not (~12k frames/s at 200G: one refresh per half pause
   quantum). The switch stops sending to it, its buffers fill, and it pauses every sender
@@ -133,6 +135,11 @@ class Congestion(Fault):
         c.cap[:, rails] *= self.strength
         if self.sim.job.transport == "tcp":
             return  # TCP on a lossy class: throughput only (switch drops are TCP's business)
+        if self.sim.fabric.infiniband:
+            # Full switch buffers hold back credits: ports wait for a share of their time
+            # that grows with how much of the line rate the fabric takes away.
+            c.xmit_wait[:, rails] = np.maximum(c.xmit_wait[:, rails], 0.4 * sev)
+            return
         if self.spec.variant == "no_ecn" or not self.sim.fabric.ecn:
             c.pause_rx[:, rails] += 900.0 * sev  # PFC is the only brake
         else:

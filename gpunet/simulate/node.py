@@ -56,7 +56,7 @@ class NodeModel:
     def __init__(self, spec: SimSpec, cluster: Cluster, tl: Timeline, ticks: Ticks, sched: Schedule,
                  setups: list[NodeSetup]):
         self.spec, self.cluster, self.tl, self.ticks, self.sched, self.setups = spec, cluster, tl, ticks, sched, setups
-        names = ("speed", "pause_rx", "pause_tx", "pause_tx_const", "ecn_frac", "ecn_burst", "loss", "tcp_loss",
+        names = ("speed", "pause_rx", "pause_tx", "pause_tx_const", "xmit_wait", "ecn_frac", "ecn_burst", "loss", "tcp_loss",
                  "discards", "ack_timeout_const", "throttle", "clock", "loss_fabric", "tcp_loss_fabric")
         self.st = {n: tl.stack(n) for n in names}
         self._load_cache: dict[bytes, tuple] = {}
@@ -153,6 +153,8 @@ class NodeModel:
         nxt = (i + 1) % n_nodes
         cnp_recv = poisson_cum(f.cnp_per_mark * (seg_cum(st["ecn_frac"][:, nxt, :] / pkt, tk.cum_bytes)
                                                  + seg_cum(st["ecn_burst"][:, nxt, :], tk.cum_bursts)))
+        # InfiniBand: ticks in which a port had data but no credit from its peer
+        xmit_wait = poisson_cum(seg_cum(st["xmit_wait"][:, i, :] / f.xmit_wait_tick, tk.cum_active))
         loss = st["loss"]
         fab = st["loss_fabric"][:, None]
         p_in = loss[:, i, :] + loss[:, (i - 1) % n_nodes, :] + fab  # packets into i: i-1's uplink, i's downlink
@@ -212,9 +214,10 @@ class NodeModel:
         ports: list[NicPort] = list(self.cluster.nics)
         mgmt = self.cluster.mgmt
         ones = np.ones(n)
+        fabric_layer = "InfiniBand" if f.infiniband else "Ethernet"
         for p in ports + [mgmt] + ([self.cluster.spare_port()] if setup.spare_port else []):
             add(C.NIC_INFO.name, {"device": p.device, "rdma_device": p.rdma_device, "port": p.port,
-                                  "driver": p.driver, "link_layer": "Ethernet",
+                                  "driver": p.driver, "link_layer": "Ethernet" if p is mgmt else fabric_layer,
                                   "numa_node": configfacts.numa_of(self.spec, i, p),
                                   "pci_address": p.pci_address}, ones)
         for k, p in enumerate(ports):
@@ -224,7 +227,12 @@ class NodeModel:
             add(C.NIC_CARRIER_CHANGES.name, d, carrier_init[k] + carrier[k])
             add(C.NIC_RECEIVE_BYTES.name, d, np.round(init_bytes[k] * 1.01 + rail_bytes[k]))
             add(C.NIC_TRANSMIT_BYTES.name, d, np.round(init_bytes[k] + rail_bytes[k]))
-            for direction, cnt, rate in (("receive", rx_pauses[k], 0.05), ("transmit", tx_pauses[k], 0.005)):
+            if f.infiniband:  # credits, not pauses; no ECN marks or CNPs on the HCA
+                add(C.NIC_TRANSMIT_WAIT.name, d,
+                    np.round(uptime * 0.3 * f.xmit_wait_background / f.xmit_wait_tick * rng.uniform(0.3, 3))
+                    + xmit_wait[k])
+            for direction, cnt, rate in (() if f.infiniband else
+                                         (("receive", rx_pauses[k], 0.05), ("transmit", tx_pauses[k], 0.005))):
                 # RoCE pauses are PFC on the lossless priority; a TCP job has no lossless class,
                 # so what can pause it is a link-level 802.3x pause ("global").
                 pfc = np.round(uptime * rate * rng.uniform(0.3, 3))
@@ -232,10 +240,11 @@ class NodeModel:
                     pfc + (cnt if roce else 0 * ones))
                 add(C.NIC_PFC_PAUSE_FRAMES.name, {**d, "direction": direction, "priority": "global"},
                     0 * ones if roce else cnt)
-            ecn_init = np.round(uptime * 20 * rng.uniform(0.3, 3)) if roce and f.ecn else 0.0
-            add(C.NIC_ECN_MARKED.name, d, ecn_init + marks[k])
-            add(C.NIC_CNP_SENT.name, d, np.round(ecn_init * f.cnp_per_mark) + cnp_sent[k])
-            add(C.NIC_CNP_RECEIVED.name, d, np.round(ecn_init * f.cnp_per_mark * 0.97) + cnp_recv[k])
+            if not f.infiniband:
+                ecn_init = np.round(uptime * 20 * rng.uniform(0.3, 3)) if roce and f.ecn else 0.0
+                add(C.NIC_ECN_MARKED.name, d, ecn_init + marks[k])
+                add(C.NIC_CNP_SENT.name, d, np.round(ecn_init * f.cnp_per_mark) + cnp_sent[k])
+                add(C.NIC_CNP_RECEIVED.name, d, np.round(ecn_init * f.cnp_per_mark * 0.97) + cnp_recv[k])
             for kind, cnt in (("out_of_sequence", oos[k]), ("sequence_error", seq_err[k]), ("ack_timeout", ack_to[k])):
                 add(C.NIC_RDMA_LOSS_EVENTS.name, {**d, "kind": kind}, np.round(uptime * 2e-4 * rng.uniform(0, 2)) + cnt)
             add(C.NIC_RECEIVE_DISCARDS.name, d, float(rng.integers(0, 50)) + discards[k])
@@ -262,11 +271,11 @@ class NodeModel:
             add(C.NIC_CARRIER_CHANGES.name, d, 0 * ones)
             add(C.NIC_RECEIVE_BYTES.name, d, 0 * ones)
             add(C.NIC_TRANSMIT_BYTES.name, d, 0 * ones)
-            for direction in ("receive", "transmit"):
+            for direction in () if f.infiniband else ("receive", "transmit"):
                 for prio in (f.pfc_priority, "global"):
                     add(C.NIC_PFC_PAUSE_FRAMES.name, {**d, "direction": direction, "priority": prio}, 0 * ones)
-            for m in (C.NIC_ECN_MARKED, C.NIC_CNP_SENT, C.NIC_CNP_RECEIVED, C.NIC_RECEIVE_DISCARDS,
-                      C.NIC_RECEIVE_ERRORS):
+            for m in ((C.NIC_TRANSMIT_WAIT,) if f.infiniband else (C.NIC_ECN_MARKED, C.NIC_CNP_SENT, C.NIC_CNP_RECEIVED)) \
+                    + (C.NIC_RECEIVE_DISCARDS, C.NIC_RECEIVE_ERRORS):
                 add(m.name, d, 0 * ones)
             for kind in C.RDMA_LOSS_KINDS:
                 add(C.NIC_RDMA_LOSS_EVENTS.name, {**d, "kind": kind}, 0 * ones)

@@ -20,7 +20,8 @@ FAMILIES: list[tuple[C.MetricSpec, str]] = [
     (C.NIC_ECN_MARKED, "int"), (C.NIC_INFO, "int"), (C.NIC_LINK_SPEED, "int"),
     (C.NIC_PFC_PAUSE_FRAMES, "int"), (C.NIC_RDMA_LOSS_EVENTS, "int"), (C.NIC_RECEIVE_BYTES, "int"),
     (C.NIC_RECEIVE_DISCARDS, "int"), (C.NIC_RECEIVE_ERRORS, "int"), (C.NIC_SATURATED_SECONDS, "ms"),
-    (C.NIC_TRANSMIT_BYTES, "int"), (C.NIC_UP, "int"), (C.NODE_NETWORK_BURSTS, "int"), (C.NODE_NETWORK_STATE_SECONDS, "ms"),
+    (C.NIC_TRANSMIT_BYTES, "int"), (C.NIC_TRANSMIT_WAIT, "int"), (C.NIC_UP, "int"), (C.NODE_NETWORK_BURSTS, "int"),
+    (C.NODE_NETWORK_STATE_SECONDS, "ms"),
     (C.TCP_RETRANSMITTED, "int"), (C.TCP_SENT, "int"),
     # configuration facts (configfacts.py)
     (C.NIC_PFC_ENABLED, "int"), (C.NIC_ECN_ENABLED, "int"), (C.NIC_LINK_PAUSE_ENABLED, "int"),

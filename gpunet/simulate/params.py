@@ -20,6 +20,8 @@ HOSTNAME_STYLES = ("node", "rack", "dgx", "ip")
 CONFOUNDERS = ("checkpoint", "dcqcn_background", "spare_port", "unused_gpus", "missing_gpu_series",
                "exporter_restart", "node_join", "node_leave", "backup")
 TRANSPORTS = ("rdma", "tcp")
+LINK_LAYERS = ("ethernet", "infiniband")
+ETHERNET_ONLY_CONFIG = ("ecn_off", "no_pfc_ecn", "pfc_extra", "trust", "link_pause", "bond")
 WAIT_TRAFFIC = ("quiet", "trickle")
 
 
@@ -89,8 +91,20 @@ class JobParams:
 @dataclass
 class FabricParams:
     """RoCE fabric with PFC on priority 3 and DCQCN. The healthy background: a steady trickle
-    of ECN marks and CNPs during all-reduce bursts, and a rare received pause (micro-bursts)."""
+    of ECN marks and CNPs during all-reduce bursts, and a rare received pause (micro-bursts).
+
+    `link_layer="infiniband"`: credit-based flow control instead. No pause frames, no ECN marks
+    or CNPs on the NIC; a port with data but no credit from its peer counts port_xmit_wait
+    ticks: briefly in every burst when healthy, for a large share of its time when the
+    switches are congested."""
     ecn: bool = True  # switches ECN-mark and NICs run DCQCN; False: PFC alone reacts to congestion
+    link_layer: str = "ethernet"  # or "infiniband"
+    # Share of a port's active time spent waiting for credit on a healthy fabric: the bursts'
+    # incast fills a switch buffer for a moment.
+    xmit_wait_background: float = 0.004
+    # port_xmit_wait's tick. The HCA's own (vendor-specific); the diagnoser reads only rises
+    # against the job's baseline, never the absolute count.
+    xmit_wait_tick: float = 4e-9
     packet_bytes: int = 4096 + 58  # RoCE payload MTU + headers on the wire
     header_overhead: float = 58 / 4096  # wire bytes per payload byte, beyond the payload
     efficiency: float = 0.96  # fraction of line rate a healthy RDMA ring reaches
@@ -103,6 +117,14 @@ class FabricParams:
     pause_tx_background: float = 0.002  # pause frames a healthy host sends, per second of activity
     retrans_background: float = 3e-5  # TCP RetransSegs / OutSegs of a healthy node
     pfc_priority: str = "3"
+
+    def __post_init__(self) -> None:
+        if self.link_layer not in LINK_LAYERS:
+            raise ValueError(f"link layer must be one of {LINK_LAYERS}")
+
+    @property
+    def infiniband(self) -> bool:
+        return self.link_layer == "infiniband"
 
 
 @dataclass
@@ -208,7 +230,13 @@ class SimSpec:
         for f in self.faults:
             if f.start < 0 or f.start >= self.duration:
                 raise ValueError(f"fault {f.cls} starts outside the trace")
+            if self.fabric.infiniband and (f.cls == "pfc_storm" or f.variant == "no_ecn"):
+                raise ValueError(f"fault {f.cls}{':' + f.variant if f.variant else ''}: InfiniBand has no PFC or ECN")
+        if self.fabric.infiniband and self.job.transport == "tcp":
+            raise ValueError("an InfiniBand fabric carries the job over RDMA (IPoIB sockets are not modelled)")
         for x in self.config_faults:
+            if self.fabric.infiniband and x.kind in ETHERNET_ONLY_CONFIG:
+                raise ValueError(f"config fault {x.kind}: an Ethernet setting, InfiniBand has none")
             if any(not 0 <= i < self.cluster.nodes for i in x.culprits):
                 raise ValueError(f"config fault {x.kind}: culprits {x.culprits} outside 0..{self.cluster.nodes - 1}")
 

@@ -64,6 +64,10 @@ COMMITTED: list[Entry] = [
     Entry("network_congestion_no_ecn", "congestion on a fabric without ECN: only received pauses and lower "
           "throughput", f"--nodes 8 {SMALL} --duration 30m --scrape 30s --seed 106 "
           "--fault network_congestion:start=10m,dur=10m,variant=no_ecn"),
+    Entry("network_congestion_ib", "congestion on an InfiniBand fabric: no pauses or marks, the ports wait for "
+          "credit (port_xmit_wait) far more per byte, throughput well below line rate",
+          f"--nodes 6 {SMALL} --link-layer infiniband --duration 30m --scrape 30s --seed 117 "
+          "--fault network_congestion:start=11m,dur=9m"),
     Entry("pfc_storm", "one host's NICs transmit PFC pauses continuously; all other nodes receive pauses; "
           "throughput collapses", f"--nodes 12 {SMALL} --duration 30m --scrape 30s --seed 107 "
           "--fault pfc_storm:start=13m,dur=9m,nodes=1"),
@@ -279,6 +283,13 @@ def evaluation_entries(seed: int) -> list[Entry]:
     ]
     for j, c in enumerate(confs):
         out.append(Entry(f"healthy_{j}", "healthy with confounders", base() + " " + c, ["healthy"]))
+    # InfiniBand: credits, not pauses (drawn last, so the entries above stay as they were)
+    ib = "--link-layer infiniband"
+    out.append(Entry("ib_healthy", "healthy on InfiniBand", base(extra=ib), ["healthy", "infiniband"]))
+    for cls in ("network_congestion", "link_degraded", "straggler"):
+        fault = _fault(rng, cls, round(float(rng.uniform(8, 20)), 1), round(float(rng.uniform(6, 12)), 1))
+        fault = fault.replace(",variant=no_ecn", "")  # a RoCE variant: InfiniBand marks nothing either way
+        out.append(Entry(f"ib_{cls}", f"{cls} on InfiniBand", base(extra=ib) + " " + fault, [cls, "infiniband"]))
     return out
 
 

@@ -31,6 +31,7 @@ class Baseline:
     ecn_per_gb: float
     retrans_ratio: float
     other_util: float
+    xmit_wait_per_gb: float
 
 
 @dataclass(frozen=True)

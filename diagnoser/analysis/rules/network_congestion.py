@@ -1,4 +1,5 @@
-"""network_congestion: the fabric marks and pauses while throughput stays below line rate."""
+"""network_congestion: the fabric marks and pauses (RoCE) or withholds credits (InfiniBand)
+while throughput stays below line rate."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ ECN_RISE = 20.0  # or twenty times the job's own baseline
 # Received pauses per second per node, on at least half the nodes: lossless back-pressure
 # spread through the fabric, not one port.
 PAUSE_RX_PER_NODE = 10.0
+# InfiniBand: ticks waited for credit per GB moved, against the job's own baseline (the
+# tick's length is the HCA's, so there is no absolute scale). A healthy fabric's ports wait
+# well under 1% of their busy time, in each burst's incast; congestion that takes a third of
+# the line rate makes them wait tens of percent of it, and per byte moved more still: ten
+# times the baseline on the median node (so on at least half the nodes) is no burst's jitter.
+XMIT_WAIT_RISE = 10.0
 
 
 def check(w: WindowContext) -> Detection | None:
@@ -22,10 +29,15 @@ def check(w: WindowContext) -> Detection | None:
     ecn_hot = bool((g["ecn_per_gb"] >= ECN_PER_GB) or (
         np.isfinite(base.ecn_per_gb) and base.ecn_per_gb > 0 and g["ecn_per_gb"] >= ECN_RISE * base.ecn_per_gb))
     pauses_hot = g["pfc_rx_rate"] / n >= PAUSE_RX_PER_NODE and g["pfc_rx_nodes"] >= len(w.node) / 2
-    if not (ecn_hot or pauses_hot) or not w.impact:
+    wait_hot = bool(np.isfinite(base.xmit_wait_per_gb) and base.xmit_wait_per_gb > 0
+                    and g["xmit_wait_per_gb"] >= XMIT_WAIT_RISE * base.xmit_wait_per_gb)
+    if not (ecn_hot or pauses_hot or wait_hot) or not w.impact:
         return None
-    return Detection([], [], 0.6 + 0.3 * ecn_hot, {
-        "ecn_marks_per_gb": g["ecn_per_gb"], "pauses_received_per_s": g["pfc_rx_rate"],
+    figures = {"ecn_marks_per_gb": g["ecn_per_gb"], "pauses_received_per_s": g["pfc_rx_rate"]}
+    if wait_hot:
+        figures = {"credit_wait_per_gb_times_baseline": g["xmit_wait_per_gb"] / base.xmit_wait_per_gb}
+    return Detection([], [], 0.6 + 0.3 * (ecn_hot or wait_hot), {
+        **figures,
         "link_utilisation": g["util_median"], "gpu_idle_active_or_paused": g["idle_active_frac"] + g["idle_paused_frac"],
         "gpu_idle": g["idle_frac"]})
 
@@ -33,14 +45,18 @@ def check(w: WindowContext) -> Detection | None:
 RULE = BottleneckClass(
     name="network_congestion",
     title="Fabric congestion",
-    # ECN marks where the fabric marks; without ECN, the pauses the congested switches send.
+    # ECN marks where the fabric marks; without ECN, the pauses the congested switches send; on
+    # InfiniBand, the ticks ports waited for credit.
     confirm=('sum by (instance) (rate(gpunet_nic_ecn_marked_packets_total{instance=~"$NODES"}[5m]))\n'
-             'or sum by (instance) (rate(gpunet_nic_pfc_pause_frames_total{direction="receive", instance=~"$NODES"}[5m]))'),
+             'or sum by (instance) (rate(gpunet_nic_pfc_pause_frames_total{direction="receive", instance=~"$NODES"}[5m]))\n'
+             'or sum by (instance) (rate(gpunet_nic_transmit_wait_ticks_total{instance=~"$NODES"}[5m]))'),
     remediation=(
-        "The fabric marks and pauses but does not fill the links: congestion in the switches. Check that ECN "
-        "(DCQCN) is enabled end to end on the RoCE priority with sane marking thresholds, that PFC is on that "
-        "priority only, the oversubscription and ECMP hashing of the uplinks (elephant flows on one path), and "
-        "other jobs sharing the spine."),
+        "The fabric marks and pauses (or, on InfiniBand, holds back credits) but does not fill the links: "
+        "congestion in the switches. On RoCE, check that ECN (DCQCN) is enabled end to end on the RoCE priority "
+        "with sane marking thresholds, and that PFC is on that priority only. On InfiniBand, check the subnet "
+        "manager's routing (adaptive routing, fat-tree balance) and its congestion control settings. Either way: "
+        "the oversubscription and hashing of the uplinks (elephant flows on one path), and other jobs sharing "
+        "the spine."),
     check=check,
     localised=False,
     after=("pfc_storm",),
