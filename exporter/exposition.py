@@ -48,6 +48,8 @@ class Family:
 class Renderer:
     def __init__(self) -> None:
         self._prefixes: dict[tuple[str, tuple, tuple], str] = {}
+        # openmetrics -> family name -> (its samples, its text), as last rendered.
+        self._texts: dict[bool, dict[str, tuple[list, str]]] = {True: {}, False: {}}
 
     def _prefix(self, sample: str, names: tuple, values: tuple) -> str:
         key = (sample, names, values)
@@ -66,9 +68,18 @@ class Renderer:
 
     def render(self, families: Iterable[Family], openmetrics: bool) -> bytes:
         out: list[str] = []
+        texts = self._texts[openmetrics]
         for fam in families:
             if not fam.samples:
                 continue
+            # Many families hold the same values scrape after scrape (configuration, info,
+            # counters that did not move): comparing the samples costs less than formatting
+            # them. (Equal values format alike, but for 0.0 and -0.0, which read the same.)
+            cached = texts.get(fam.name)
+            if cached is not None and cached[0] == fam.samples:
+                out.append(cached[1])
+                continue
+            start = len(out)
             # OpenMetrics names a counter family without its _total; the text format names
             # the family as its samples are named.
             name = fam.name.removesuffix("_total") if openmetrics and fam.type == "counter" else fam.name
@@ -80,6 +91,10 @@ class Renderer:
             for s, n, v, x in fam.samples:  # a thousand lines a scrape: the common case inline
                 line = prefixes.get((s, n, v)) or prefix(s, n, v)
                 append(f"{line}{repr(x) if x - x == 0 else format_value(x)}\n")  # x - x: 0 unless inf or NaN
+            text = "".join(out[start:])
+            del out[start:]
+            out.append(text)
+            texts[fam.name] = (fam.samples, text)
         if openmetrics:
             out.append("# EOF\n")
         return "".join(out).encode()

@@ -189,6 +189,8 @@ class Sampler:
             errors.append(SourceError(collector.name, repr(e)))
             samples = []
         duration = time.perf_counter() - started
+        if getattr(collector, "monotonic", False):  # counters it computes itself, that never go back
+            return samples, duration, errors
         # A collector runs on one worker at a time (a hung one is skipped until it returns),
         # so its counters are never applied from two threads at once.
         counters = self._counters.get(collector.name)

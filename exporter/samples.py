@@ -29,6 +29,10 @@ class TickContext:
 
 
 class Collector(Protocol):
+    """A collector whose counters are sums it keeps itself, which never go backwards, may say
+    so with a class attribute `monotonic = True`: the sampler then does not pass its samples
+    through exporter/counters.py."""
+
     name: str
 
     def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:

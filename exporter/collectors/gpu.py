@@ -31,6 +31,9 @@ GAP_TICKS = 10  # a gap longer than this many ticks (GPU hung, then back) is not
 
 class GpuActivityCollector:
     name = "gpu"
+    # Its counters are sums of positive tick lengths that it keeps itself (never reset while
+    # the exporter runs): the sampler need not make them monotonic.
+    monotonic = True
 
     def __init__(self, source: GpuSource, fast_interval: float = 0.2):
         self.source = source
@@ -40,6 +43,8 @@ class GpuActivityCollector:
         self.busy: dict[str, float] = {}
         self.idle: dict[tuple[str, str], float] = {}
         self.throttled: dict[tuple[str, str], float] = {}
+        self._idle_keys: dict[str, list[tuple[str, str]]] = {}  # made once per GPU, not per tick
+        self._throttled_keys: dict[str, list[tuple[str, str]]] = {}
 
     def close(self) -> None:
         self.calls.close()
@@ -59,23 +64,28 @@ class GpuActivityCollector:
                 samples.append(Sample(GPU_UP, (gpu,), 0.0))
                 continue
             self._integrate(gpu, result, ctx)
-            samples.append(Sample(GPU_UP, (gpu,), 1.0))
-            samples.append(Sample(GPU_UTILIZATION, (gpu,), result.utilization))
+            labels = (gpu,)
+            samples.append(Sample(GPU_UP, labels, 1.0))
+            samples.append(Sample(GPU_UTILIZATION, labels, result.utilization))
             if result.sm_clock_hz is not None:
-                samples.append(Sample(GPU_SM_CLOCK, (gpu,), result.sm_clock_hz))
-            samples.append(Sample(GPU_BUSY_SECONDS, (gpu,), self.busy[gpu]))
-            samples.extend(Sample(GPU_IDLE_SECONDS, (gpu, s), self.idle[(gpu, s)]) for s in NETWORK_STATES)
-            samples.extend(Sample(GPU_THROTTLED_SECONDS, (gpu, r), self.throttled[(gpu, r)])
-                           for r in THROTTLE_REASONS)
+                samples.append(Sample(GPU_SM_CLOCK, labels, result.sm_clock_hz))
+            samples.append(Sample(GPU_BUSY_SECONDS, labels, self.busy[gpu]))
+            idle, throttled = self.idle, self.throttled
+            for key in self._idle_keys[gpu]:  # (gpu, state): the series' labels and the dict's key
+                samples.append(Sample(GPU_IDLE_SECONDS, key, idle[key]))
+            for key in self._throttled_keys[gpu]:
+                samples.append(Sample(GPU_THROTTLED_SECONDS, key, throttled[key]))
         return samples
 
     def _integrate(self, gpu: str, reading: GpuActivity, ctx: TickContext) -> None:
         if gpu not in self.busy:
             self.busy[gpu] = 0.0
-            for s in NETWORK_STATES:
-                self.idle[(gpu, s)] = 0.0
-            for r in THROTTLE_REASONS:
-                self.throttled[(gpu, r)] = 0.0
+            self._idle_keys[gpu] = [(gpu, s) for s in NETWORK_STATES]
+            self._throttled_keys[gpu] = [(gpu, r) for r in THROTTLE_REASONS]
+            for key in self._idle_keys[gpu]:
+                self.idle[key] = 0.0
+            for key in self._throttled_keys[gpu]:
+                self.throttled[key] = 0.0
         last = self._last.get(gpu)
         self._last[gpu] = ctx.now
         if last is None:
