@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import ssl
+import zlib
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -24,6 +26,20 @@ MAX_RESPONSE_BYTES = 256 << 20
 
 class PromError(Exception):
     """A request to the Prometheus API failed; str() is a one-line cause fit for users."""
+
+
+class PromLimitError(PromError):
+    """The server refused a query over one of its limits (samples, series, points per
+    series) or its answer was over MAX_RESPONSE_BYTES: a smaller query may pass."""
+
+
+# How engines word a refusal over a query limit. Prometheus: "query processing would load
+# too many samples into memory" (--query.max-samples); VictoriaMetrics: "cannot select more
+# than -search.maxSamplesPerQuery=N samples", "-search.maxUniqueTimeseries",
+# "-search.maxPointsPerTimeseries"; Thanos and Mimir: "exceeded the maximum number of
+# samples/series/chunks", "max-fetched-series-per-query".
+_LIMIT = re.compile(r"too many (samples|points|series|chunks)|search\.max\w+|max[-_](samples|fetched|series|chunks)"
+                    r"|exceed(s|ed)? the (maximum|limit)", re.IGNORECASE)
 
 
 def redact(url: str) -> str:
@@ -60,9 +76,13 @@ class PrometheusClient:
         self._semaphore = asyncio.Semaphore(concurrency)
         self._session: aiohttp.ClientSession | None = None
         self.requests = 0
+        self.bytes_received = 0  # as on the wire (gzip where the server compresses)
+        self.bytes_decoded = 0  # the JSON those bytes hold
 
     async def __aenter__(self) -> PrometheusClient:
-        headers = {}
+        # gzip only, decoded here: the bytes on the wire are counted, and the cap on an answer
+        # holds for what it decodes to.
+        headers = {"Accept-Encoding": "gzip"}
         if self._auth.bearer_token:
             headers["Authorization"] = f"Bearer {self._auth.bearer_token}"
         basic = aiohttp.BasicAuth(self._auth.username, self._auth.password or "") if self._auth.username else None
@@ -72,26 +92,36 @@ class PrometheusClient:
         if self._auth.insecure_skip_verify:
             ssl_ctx = False
         self._session = aiohttp.ClientSession(headers=headers, auth=basic, timeout=self._timeout,
-                                              connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=32))
+                                              auto_decompress=False, connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=32))
         return self
 
     async def __aexit__(self, *exc) -> None:
         if self._session is not None:
             await self._session.close()
 
-    async def _read(self, resp: aiohttp.ClientResponse, path: str) -> str:
-        """The body, refused past MAX_RESPONSE_BYTES (a server streaming without end must not
-        take the diagnoser's memory with it)."""
-        if (resp.content_length or 0) > MAX_RESPONSE_BYTES:
-            raise PromError(f"{self.url}{path}: an answer of {resp.content_length} bytes, over the "
-                            f"{MAX_RESPONSE_BYTES >> 20} MiB a query may return: refused")
+    async def _read(self, resp: aiohttp.ClientResponse, path: str) -> bytes:
+        """The body, decoded from gzip where it was sent so, refused past MAX_RESPONSE_BYTES
+        (a server streaming without end must not take the diagnoser's memory with it)."""
+        too_big = PromLimitError(f"{self.url}{path}: an answer of over {MAX_RESPONSE_BYTES >> 20} MiB: refused "
+                                 "(a query too large, or a server that never ends its body?)")
+        gzipped = resp.headers.get("Content-Encoding", "").lower() == "gzip"
+        if not gzipped and (resp.content_length or 0) > MAX_RESPONSE_BYTES:
+            raise PromLimitError(f"{self.url}{path}: an answer of {resp.content_length} bytes, over the "
+                                 f"{MAX_RESPONSE_BYTES >> 20} MiB a query may return: refused")
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzipped else None
         body = bytearray()
         async for chunk in resp.content.iter_chunked(1 << 20):
-            body += chunk
+            self.bytes_received += len(chunk)
+            body += inflate.decompress(chunk, MAX_RESPONSE_BYTES + 1 - len(body)) if inflate else chunk
             if len(body) > MAX_RESPONSE_BYTES:
-                raise PromError(f"{self.url}{path}: an answer of over {MAX_RESPONSE_BYTES >> 20} MiB: refused "
-                                "(a server that never ends its body?)")
-        return body.decode("utf-8", errors="replace")
+                raise too_big
+        if inflate:
+            try:
+                body += inflate.flush()
+            except zlib.error as e:
+                raise PromError(f"{self.url}{path}: a gzip answer that does not decode ({e})") from None
+        self.bytes_decoded += len(body)
+        return bytes(body)
 
     async def _get(self, path: str, params: list[tuple[str, str]], method: str = "POST") -> object:
         assert self._session is not None, "use 'async with PrometheusClient(...)'"
@@ -103,20 +133,21 @@ class PrometheusClient:
                 request = self._session.post(url, data=params) if method == "POST" else \
                     self._session.get(url, params=params)
                 async with request as resp:
-                    text = await self._read(resp, path)
+                    raw = await self._read(resp, path)
                     if resp.status in (401, 403):
                         raise PromError(f"{self.url}: unauthorised (HTTP {resp.status}); check the token or "
                                         f"basic auth")
                     try:
-                        body = json.loads(text) if text else {}
+                        body = json.loads(raw) if raw else {}
                     except ValueError:
                         body = {}
                     if not isinstance(body, dict):
                         raise PromError(f"{self.url}{path}: an answer that is no API response (a JSON "
                                         f"{type(body).__name__})")
                     if resp.status >= 400 or body.get("status") != "success":
-                        cause = body.get("error") or text.strip()[:200] or f"HTTP {resp.status}"
-                        raise PromError(f"{self.url}{path}: {cause}")
+                        cause = str(body.get("error") or raw.decode("utf-8", "replace").strip()[:200] or
+                                    f"HTTP {resp.status}")
+                        raise (PromLimitError if _LIMIT.search(cause) else PromError)(f"{self.url}{path}: {cause}")
                     return body["data"]
             except TimeoutError:
                 raise PromError(f"{self.url}{path}: no answer within {self._timeout.total:.0f}s") from None
@@ -130,8 +161,11 @@ class PrometheusClient:
         return await self._get("/api/v1/query", [("query", expr), ("time", f"{time:.3f}")])  # type: ignore
 
     async def query_range(self, expr: str, start: float, end: float, step: float) -> dict:
-        return await self._get("/api/v1/query_range", [("query", expr), ("start", f"{start:.3f}"),
-                                                        ("end", f"{end:.3f}"), ("step", f"{step:g}")])  # type: ignore
+        # nocache=1: VictoriaMetrics otherwise moves start and end of a query of 50 points or
+        # more to multiples of the step (for its result cache), and the points then miss the
+        # windows asked for; other engines ignore it.
+        return await self._get("/api/v1/query_range", [("query", expr), ("start", f"{start:.3f}"), ("end", f"{end:.3f}"),
+                                                        ("step", f"{step:g}"), ("nocache", "1")])  # type: ignore
 
     async def series(self, matches: list[str], start: float, end: float) -> list[dict]:
         params = [("match[]", m) for m in matches] + [("start", f"{start:.3f}"), ("end", f"{end:.3f}")]

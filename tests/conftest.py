@@ -33,21 +33,22 @@ def node_copy(tmp_path):
 
 @pytest.fixture
 def served(tmp_path):
-    """Load a trace into a real Prometheus (gpunet-trace load) and serve it; returns the URL."""
+    """Load a trace into a real Prometheus (gpunet-trace load) and serve it; returns the URL.
+    `limits` are extra flags (a lowered --query.max-samples, say)."""
     from procs import REPO, start_prometheus
 
     from gpunet.trace_cli import prometheus_command
 
     procs = []
 
-    def serve(trace: Path) -> str:
+    def serve(trace: Path, *limits: str) -> str:
         data = tmp_path / f"{trace.name}.tsdb"
         result = subprocess.run([sys.executable, "-m", "gpunet.trace_cli", "load", str(trace), "--data", str(data)],
                                 cwd=REPO, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr
         # gpunet-trace load --serve's own command, less its listen address
         args = [a for a in prometheus_command(data, "127.0.0.1:0")[1:] if not a.startswith("--web.listen-address")]
-        proc, url = start_prometheus(args, tmp_path / f"prom-{trace.name}.log")
+        proc, url = start_prometheus(args + list(limits), tmp_path / f"prom-{trace.name}.log")
         procs.append(proc)
         return url
 
@@ -58,32 +59,22 @@ def served(tmp_path):
 
 @pytest.fixture
 def victoria(tmp_path):
-    """Import a trace into a real VictoriaMetrics; returns the URL."""
-    import gzip
-    import urllib.request
-
+    """Import a trace into a real VictoriaMetrics; returns the URL. `limits` are extra flags
+    (lowered query limits, say)."""
     from procs import Process, free_port, http_get, wait_for
+
+    from gpunet.victoria import import_trace, victoria_command
 
     procs = []
 
-    def serve(trace: Path) -> str:
+    def serve(trace: Path, *limits: str) -> str:
         port = free_port()
-        data = tmp_path / f"vm-{port}"
-        proc = Process(["victoria-metrics", f"-storageDataPath={data}", f"-httpListenAddr=127.0.0.1:{port}",
-                        "-retentionPeriod=100y"], tmp_path / f"vm-{port}.log")
+        proc = Process(victoria_command(tmp_path / f"vm-{port}", f"127.0.0.1:{port}", *limits),
+                       tmp_path / f"vm-{port}.log")
         procs.append(proc)
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: http_get(url + "/health")[0] == 200, what="victoria-metrics ready")
-        # Prometheus text format wants milliseconds; a trace holds seconds.
-        lines = []
-        with gzip.open(trace, "rt") as f:
-            for line in f:
-                if not line.startswith("#"):
-                    series, value, ts = line.rsplit(" ", 2)
-                    lines.append(f"{series} {value} {int(round(float(ts) * 1000))}\n")
-        urllib.request.urlopen(urllib.request.Request(url + "/api/v1/import/prometheus",
-                                                      data="".join(lines).encode(), method="POST"), timeout=60)
-        urllib.request.urlopen(url + "/internal/force_flush", timeout=30)
+        import_trace(trace, url)
         return url
 
     yield serve

@@ -236,3 +236,39 @@ def test_both_sources_give_the_same_frame(served, name):
         assert abs(x.sum() - y.sum()) <= 0.1 * abs(x.sum()) + 2 * np.sqrt(abs(x.sum())), (column, x.sum(), y.sum())
         checked += 1
     assert checked >= 12, checked  # the test saw the columns, not an empty frame
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("victoria-metrics") is None,
+                    reason="prometheus or victoria-metrics not installed")
+@pytest.mark.parametrize("server, limits", [
+    ("prometheus", ("--query.max-samples=3000",)),  # the default is 50,000,000
+    # samples per query (default 1e9) and points per series (default 30,000: fewer nodes do not help)
+    ("victoria", ("-search.maxSamplesPerQuery=6000", "-search.maxPointsPerTimeseries=8")),
+])
+def test_a_query_over_a_servers_limit_is_split_and_gives_the_same_frame(server, limits, served, victoria):
+    """A server started with lowered query limits refuses the diagnoser's queries for the
+    whole cluster: each refused query is halved (by nodes, or by time where the limit is on
+    points per series) until it passes, a warning names the split, and the frame is the one
+    the same server gives with its default limits."""
+    import pandas as pd
+
+    from diagnoser.sources import Source, read_frame
+
+    trace = next(t for t in TRACES if t.name == "pfc_storm.om.gz")
+    start, end = window(trace)
+    serve = served if server == "prometheus" else victoria
+    whole = read_frame(Source(prometheus=serve(trace), start=start, end=end))
+    said: list[str] = []
+    split = read_frame(Source(prometheus=serve(trace, *limits), start=start, end=end), said.append)
+    warnings = [m for m in said if m.startswith("warning: the server refused a query over its limit")]
+    assert any("nodes into groups" in m for m in warnings), said
+    if server == "victoria":
+        assert any("maxPointsPerTimeseries" in m and "windows into" in m for m in warnings), said
+    assert re.search(r"queries in all, \d+ split to fit the server's limits", said[-1]), said[-1]
+    tables = [(whole, split, name) for name in ("node", "nic", "gpu", "fine", "node_fine", "workloads", "nccl")]
+    tables += [(whole.config, split.config, name) for name in ("nic", "gpu", "pfc", "ecn", "link_pause", "bond")]
+    for a, b, name in tables:
+        pd.testing.assert_frame_equal(getattr(a, name).sort_index(), getattr(b, name).sort_index(), check_like=True,
+                                      rtol=1e-9, obj=name)
+    assert split.gpu_seconds == pytest.approx(whole.gpu_seconds, rel=1e-9)
+    assert (split.fabric_speed_median == whole.fabric_speed_median).all()

@@ -125,3 +125,41 @@ async def test_diagnose_against_an_engine_of_another_shape_is_one_line(hostile):
     assert proc.returncode == 1 and "Traceback" not in stderr, stderr
     (line,) = stderr.strip().splitlines()
     assert line.startswith("diagnose:"), line
+
+
+@pytest.fixture
+async def counted():
+    """A server answering in gzip, as Prometheus does, and one refusing over a query limit."""
+    async def gzipped(request: web.Request) -> web.Response:
+        resp = web.json_response({"status": "success", "data": {"resultType": "vector", "result": [
+            {"metric": {"instance": f"n{i}:9845"}, "value": [1767225600, "1"]} for i in range(500)]}})
+        resp.enable_compression(web.ContentCoding.gzip)
+        return resp
+
+    async def refused(request: web.Request) -> web.Response:
+        return web.json_response({"status": "error", "errorType": "execution", "error": "query processing would load "
+                                  "too many samples into memory in query execution"}, status=422)
+
+    app = web.Application()
+    app.router.add_post("/gz/api/v1/query", gzipped)
+    app.router.add_post("/limit/api/v1/query", refused)
+    server = TestServer(app)
+    await server.start_server()
+    yield f"http://127.0.0.1:{server.port}"
+    await server.close()
+
+
+async def test_bytes_on_the_wire_and_decoded_are_counted(counted):
+    async with PrometheusClient(counted + "/gz") as client:
+        data = await client.query("up", 1767225600)
+    assert len(data["result"]) == 500
+    assert client.requests == 1 and 0 < client.bytes_received < client.bytes_decoded / 5  # gzip of repetitive JSON
+
+
+async def test_a_refusal_over_a_query_limit_is_told_apart(counted):
+    from gpunet.promapi import PromLimitError
+
+    async with PrometheusClient(counted + "/limit") as client:
+        with pytest.raises(PromLimitError) as err:
+            await client.query("up", 1767225600)
+    assert "too many samples" in str(err.value)

@@ -2,9 +2,11 @@
 
 The server does the work: one `increase()`/`avg_over_time()` range query per column,
 summed by instance (and joined with the fabric NICs) in PromQL, evaluated once per window.
-Queries are split by node group and by time and run concurrently. Only the NICs of
-suspect nodes (pauses, loss, flaps, a slow or down link) are then read per device. Never
-is every raw series of the cluster pulled.
+Queries are split by node group and by time and run concurrently; a query the server
+refuses over one of its limits (samples, series or points per query) is halved, by nodes
+and then by time, and run again, with a warning that says so. Only the NICs of suspect
+nodes (pauses, loss, flaps, a slow or down link) are then read per device. Never is every
+raw series of the cluster pulled.
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ from diagnoser.model.columns import (
 from diagnoser.model.frame import FINE, Frame, assemble, choose_step, fine_table, window_edges
 from diagnoser.sources.promconfig import config_from_prometheus
 from gpunet import contract as c
-from gpunet.promapi import PromError, PrometheusClient, where_data_is
+from gpunet.promapi import PromError, PrometheusClient, PromLimitError, where_data_is
 from gpunet.window import rfc3339
 
 NODE_GROUP = 200  # instances per query: keeps each answer a few MB on a 1000-node cluster
 WINDOWS_PER_QUERY = 120  # time split: windows per range query
 MAX_SUSPECTS = 64
+MAX_SPLITS = 6  # halvings of a query refused over a server limit: at most 64 pieces of it
 # The NIC columns read per device for suspect nodes: what localises a culprit NIC.
 NIC_DRILL_DOWN = ("speed", "up", "pfc_", "rdma_loss", "carrier_changes", "tx_bytes", "rx_bytes")
 
@@ -42,6 +45,18 @@ NIC_DRILL_DOWN = ("speed", "up", "pfc_", "rdma_loss", "carrier_changes", "tx_byt
 # Every increase() is kept only where its series existed a window earlier: at a series'
 # first window MetricsQL engines count the whole counter value as increase, Prometheus
 # extrapolates; neither is a rate. (`x and x offset w` works in both.)
+
+
+# The limit a refusal names, for the warning (the engines' messages run to 300 characters).
+# (Flags and phrases only: the message quotes the query, whose functions are named max_...)
+_LIMIT_NAMES = [re.compile(r) for r in (r"-search\.max\w+(=\d+)?", r"too many \w+", r"max-[a-z-]+",
+                                         r"exceed\w* the \w+ \w+ of \w+", r"over \d+ MiB")]  # the flag first
+
+
+def _limit_name(refusal: str) -> str:
+    found = next((m for m in (pattern.search(refusal) for pattern in _LIMIT_NAMES) if m), None)
+    return found.group(0) if found else refusal
+_PER_SERIES = re.compile(r"PointsPerTimeseries|SamplesPerSeries|too many points")  # fewer nodes will not help
 
 
 def _regex_escape(value: str) -> str:
@@ -64,56 +79,107 @@ def _nic_expr(col: Column, labels: tuple[str, ...]) -> str:
 
 
 class _Queries:
-    def __init__(self, client: PrometheusClient, start: float, end: float, step: float, windows: np.ndarray,
-                 instances: list[str], progress: Callable[[str], None]):
-        self.client, self.start, self.end, self.step = client, start, end, step
-        self.windows, self.instances, self.progress = windows, instances, progress
-        self.index = {w: i for i, w in enumerate(np.round(windows + step, 3))}
+    """The queries of one diagnosis, by node group and by time; each query the server
+    refuses over a limit is halved until it passes (at most MAX_SPLITS times), and said so.
+    Every expression is one whose node groups combine: a series per node, or a sum (added
+    up here), never an aggregate that cannot be split (a quantile: see _median)."""
+
+    def __init__(self, client: PrometheusClient, start: float, end: float, instances: list[str],
+                 progress: Callable[[str], None]):
+        self.client, self.start, self.end, self.instances, self.progress = client, start, end, instances, progress
+        self.step, self.windows = 0.0, np.empty(0)  # set once the scrape interval is known
+        self.splits = 0  # queries refused over a server limit, halved and run again
+        self._said: set[str] = set()
+
+    async def instant(self, template: str) -> list[dict]:
+        """Every series `template` (with $M: the instance matcher) answers at the window's
+        end: one query while the server takes it, node groups where it does not (an
+        aggregate across nodes then comes back once per group: the caller combines them)."""
+        answers = await self._run(template, None, None, 0.0)
+        return [series for answer in answers for series in answer.get("result", [])]
 
     async def by(self, template: str, labels: tuple[str, ...], instances: list[str] | None = None,
-                 step: float | None = None, windows: np.ndarray | None = None) -> dict[tuple, np.ndarray]:
+                 step: float | None = None, windows: np.ndarray | None = None,
+                 add: bool = False) -> dict[tuple, np.ndarray]:
         """Run `template` (with $M: the instance matcher, $S: the window in seconds) over
-        every window; {labels -> one value per window}."""
+        every window; {labels -> one value per window}. `add`: the expression sums across
+        nodes, so the node groups' answers for one key are added up."""
         step = step or self.step
         windows = self.windows if windows is None else windows
         index = {round(w + step, 3): i for i, w in enumerate(windows)}
-        groups = [None] if instances is None and len(self.instances) <= NODE_GROUP else [
-            (instances or self.instances)[i:i + NODE_GROUP]
-            for i in range(0, len(instances or self.instances), NODE_GROUP)]
-        jobs = []
-        for group in groups:
-            matcher = "" if group is None else 'instance=~"' + "|".join(_regex_escape(i) for i in group) + '"'
-            expr = template.replace("$M", matcher).replace("$S", f"{int(round(step))}s")
-            for k in range(0, len(windows), WINDOWS_PER_QUERY):
-                chunk = windows[k:k + WINDOWS_PER_QUERY]
-                jobs.append(self.client.query_range(expr, float(chunk[0] + step), float(chunk[-1] + step), step))
+        nodes = instances or self.instances
+        groups: list[list[str] | None] = [None] if instances is None and len(nodes) <= NODE_GROUP else [
+            nodes[i:i + NODE_GROUP] for i in range(0, len(nodes), NODE_GROUP)]
+        jobs = [self._run(template, group, windows[k:k + WINDOWS_PER_QUERY], step)
+                for group in groups for k in range(0, len(windows), WINDOWS_PER_QUERY)]
         out: dict[tuple, np.ndarray] = {}
-        for result in await asyncio.gather(*jobs):
-            for series in result.get("result", []):
-                key = tuple(series["metric"].get(label, "") for label in labels)
-                row = out.setdefault(key, np.full(len(windows), np.nan))
-                for t, value in series.get("values", []):
-                    i = index.get(round(float(t), 3))
-                    if i is not None:
-                        row[i] = float(value)
+        for results in await asyncio.gather(*jobs):
+            for result in results:
+                for series in result.get("result", []):
+                    key = tuple(series["metric"].get(label, "") for label in labels)
+                    row = out.setdefault(key, np.full(len(windows), np.nan))
+                    for t, value in series.get("values", []):
+                        i = index.get(round(float(t), 3))
+                        if i is not None:
+                            row[i] = float(value) + (row[i] if add and row[i] == row[i] else 0.0)  # NaN != NaN
         return out
 
+    async def _run(self, template: str, group: list[str] | None, windows: np.ndarray | None, step: float,
+                   depth: int = 0) -> list[dict]:
+        """One query for the nodes of `group` (None: no matcher), over `windows` (a range
+        query) or at the end (None: an instant one); where the server refuses it over a
+        limit, its halves: by nodes while a group has two and the limit is not on points per
+        series, else by time."""
+        matcher = "" if group is None else 'instance=~"' + "|".join(_regex_escape(i) for i in group) + '"'
+        expr = template.replace("$M", matcher).replace("$S", f"{int(round(step))}s")
+        try:
+            if windows is None:
+                return [await self.client.query(expr, self.end)]
+            return [await self.client.query_range(expr, float(windows[0] + step), float(windows[-1] + step), step)]
+        except PromLimitError as refused:
+            if group is None:
+                group = self.instances
+            limit = _limit_name(str(refused))
+            per_series = bool(_PER_SERIES.search(limit))
+            by_nodes = not per_series and len(group) > 1
+            if depth >= MAX_SPLITS or not (by_nodes or (windows is not None and len(windows) > 1)):
+                raise
+            halves: list[tuple[list[str] | None, np.ndarray | None]]
+            if by_nodes:
+                half = len(group) // 2
+                halves = [(group[:half], windows), (group[half:], windows)]
+                how = f"{len(group)} nodes into groups of {half} and {len(group) - half}"
+            else:
+                assert windows is not None
+                half = len(windows) // 2
+                halves = [(group, windows[:half]), (group, windows[half:])]
+                how = f"{len(windows)} windows into {half} and {len(windows) - half}"
+            self.splits += 1
+            said = f"warning: the server refused a query over its limit ({limit}): split {how}"
+            if said not in self._said:  # one line per kind of split, not one per query
+                self._said.add(said)
+                self.progress(said)
+            parts = await asyncio.gather(*(self._run(template, g, w, step, depth + 1) for g, w in halves))
+            return [result for part in parts for result in part]
 
-async def _fabric_selector(client: PrometheusClient, start: float, end: float) -> tuple[str, str]:
+
+async def _fabric_selector(q: _Queries) -> tuple[str, str]:
     """PromQL for the fabric NICs (labels instance, device), and how it was chosen."""
+    client, start, end = q.client, q.start, q.end
     names = set(await client.label_values("__name__", ['{__name__=~"gpunet_nic_(fabric|info)"}'], start, end))
     if c.NIC_FABRIC.name in names:
         return f"max by (instance, device) (last_over_time({c.NIC_FABRIC.name}{{$M}}[$S]) == 1)", "gpunet_nic_fabric"
-    rdma = await client.series([f'{c.NIC_INFO.name}{{rdma_device!=""}}'], start, end)
-    if rdma:
+    # The index alone answers (a series list of every RDMA NIC would pass VictoriaMetrics'
+    # -search.maxSeries of 30,000 past some 3,700 nodes of 8 NICs).
+    if await client.label_values("rdma_device", [f'{c.NIC_INFO.name}{{rdma_device!=""}}'], start, end):
         return f'max by (instance, device) (last_over_time({c.NIC_INFO.name}{{rdma_device!="",$M}}[$S]))', \
             "NICs with an RDMA device"
     # Neither: a TCP job. Its data NIC is the one that moved the most bytes (the management
     # NIC carries scrapes); the same rule as for a trace.
-    moved = await client.query(
-        f"topk by (instance) (1, increase({c.NIC_TRANSMIT_BYTES.name}[{int(end - start)}s]) + ignoring() "
-        f"increase({c.NIC_RECEIVE_BYTES.name}[{int(end - start)}s]))", end)
-    devices = sorted({r["metric"].get("device", "") for r in moved.get("result", [])} - {""})
+    span = f"{int(end - start)}s"
+    moved = await q.instant(f"topk by (instance) (1, increase({c.NIC_TRANSMIT_BYTES.name}{{$M}}[{span}]) + ignoring() "
+                            f"increase({c.NIC_RECEIVE_BYTES.name}{{$M}}[{span}]))")
+    devices = sorted({r["metric"].get("device", "") for r in moved} - {""})
     if not devices:
         return "", "all NICs (no RDMA device, no gpunet_nic_fabric)"
     pattern = "|".join(_regex_escape(d) for d in devices)
@@ -127,16 +193,17 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
     if not instances:
         raise PromError(f"{client.url}: no gpunet series between {rfc3339(start)} and {rfc3339(end)}; "
                         f"{await where_data_is(client, time.time())}")
+    q = _Queries(client, start, end, instances, progress)
     # The scrape interval: samples of one counter over the window, per instance.
-    counts = await client.query(f"count_over_time({c.TCP_SENT.name}[{int(end - start)}s])", end)
-    per = [float(r["value"][1]) for r in counts.get("result", []) if float(r["value"][1]) > 1]
+    counts = await q.instant(f"count_over_time({c.TCP_SENT.name}{{$M}}[{int(end - start)}s])")
+    per = [float(r["value"][1]) for r in counts if float(r["value"][1]) > 1]
     scrape = (end - start) / float(np.median(per)) if per else 15.0
     step = choose_step(start, end, scrape)
     edges, partial = window_edges(start, end, step)
     windows = edges[:-1]
-    step = float(edges[1] - edges[0]) if partial else step
-    q = _Queries(client, start, end, step, windows, instances, progress)
-    fabric, fabric_how = await _fabric_selector(client, start, end)
+    q.step, q.windows = float(edges[1] - edges[0]) if partial else step, windows
+    step = q.step
+    fabric, fabric_how = await _fabric_selector(q)
     progress(f"{len(instances)} nodes, {len(windows)} windows of {step:.0f}s, fabric: {fabric_how}")
 
     def on_fabric(inner: str, keep: bool = True) -> str:
@@ -177,7 +244,6 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
     results = await asyncio.gather(*(q.by(*queries[n]) for n in names))
     progress(f"{client.requests} queries for the node frame")
     answers = dict(zip(names, results))
-    nan = np.full(len(windows), np.nan)
     node_cols: dict[str, dict[str, np.ndarray]] = {i: {} for i in instances}
     for name, series in answers.items():
         for key, values in series.items():
@@ -198,18 +264,20 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         if "nics_down" not in cols and "capacity" in cols:
             cols["nics_down"] = np.where(np.isfinite(cols["capacity"]), 0.0, np.nan)  # none matched == 0
 
-    # Peers' link speed, per window, over every fabric NIC of the cluster.
-    median = await q.by("quantile(0.5, " + on_fabric(f"avg_over_time({c.NIC_LINK_SPEED.name}{{$M}}[$S])") + ")",
-                        ())
-    speed_median = next(iter(median.values()), nan.copy())
+    # Peers' link speed, per window, over every fabric NIC of the cluster: how many NICs
+    # have each speed (a count adds up over node groups; a quantile would not), then the
+    # median of those here.
+    speeds = await q.by('count_values("speed", ' + on_fabric(f"avg_over_time({c.NIC_LINK_SPEED.name}{{$M}}[$S])") +
+                        ")", ("speed",), add=True)
+    speed_median = _median(speeds, len(windows))
 
     # Finer grain for the cluster's GPU time (sustained vs brief stalls).
     fine_step = step / FINE
     fine_windows = np.arange(start, start + len(windows) * step - fine_step * 0.001, fine_step)
     fine_busy, fine_idle = await asyncio.gather(
-        q.by(f"sum({_increase(c.GPU_BUSY_SECONDS.name)})", (), step=fine_step, windows=fine_windows),
+        q.by(f"sum({_increase(c.GPU_BUSY_SECONDS.name)})", (), step=fine_step, windows=fine_windows, add=True),
         q.by(f"sum by (network_state) ({_increase(c.GPU_IDLE_SECONDS.name)})", ("network_state",),
-             step=fine_step, windows=fine_windows))
+             step=fine_step, windows=fine_windows, add=True))
     fine_cols = {"busy": next(iter(fine_busy.values()), np.full(len(fine_windows), np.nan))}
     for (state,), values in fine_idle.items():
         fine_cols[f"idle_{state}"] = values
@@ -241,9 +309,8 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
             for key, values in series.items():
                 gpu_rows.setdefault(key, {})[column] = values
     workloads, node_fine = await _jobs_inputs(q, has_gpus, fine_step, fine_windows)
-    nccl = await _nccl(client, start, end)
-    config = await config_from_prometheus(client, start, end)
-    progress(f"{client.requests} queries in all")
+    nccl = await _nccl(q)
+    config = await config_from_prometheus(client, start, end, q.instant)
     frame = assemble(f"prometheus:{client.url}", start, end, step, scrape, windows, node_cols, nic_rows, has_gpus,
                      fine, speed_median, [], gpu_rows)
     frame.workloads, frame.node_fine, frame.nccl = workloads, node_fine, nccl
@@ -251,26 +318,28 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
     # Series that no node can be given (recording rules or remote writes that dropped it).
     frame.without_instance = len(await client.series(['{__name__=~"gpunet_.+",instance=""}'], start, end))
     if has_gpus:
-        frame.gpu_seconds = await _gpu_seconds(client, start, end)
+        frame.gpu_seconds = await _gpu_seconds(q)
+    split = f", {q.splits} split to fit the server's limits" if q.splits else ""
+    progress(f"{client.requests} queries in all{split}, {client.bytes_received / 1e6:.1f} MB received "
+             f"({client.bytes_decoded / 1e6:.1f} MB of JSON)")
     return frame
 
 
-async def _gpu_seconds(client: PrometheusClient, start: float, end: float) -> tuple[float, float]:
+async def _gpu_seconds(q: _Queries) -> tuple[float, float]:
     """GPU busy and idle seconds over the whole range (partial windows at its ends included)."""
-    span = f"{int(round(end - start))}s"
-    busy, idle = await asyncio.gather(*(client.query(f"sum(increase({m}[{span}]))", end)
+    span = f"{int(round(q.end - q.start))}s"
+    busy, idle = await asyncio.gather(*(q.instant(f"sum(increase({m}{{$M}}[{span}]))")
                                         for m in (c.GPU_BUSY_SECONDS.name, c.GPU_IDLE_SECONDS.name)))
-    values = [float(a["result"][0]["value"][1]) if a.get("result") else 0.0 for a in (busy, idle)]
-    return values[0], values[1]
+    return sum(float(r["value"][1]) for r in busy), sum(float(r["value"][1]) for r in idle)  # over node groups
 
 
-async def _nccl(client: PrometheusClient, start: float, end: float) -> pd.DataFrame:
+async def _nccl(q: _Queries) -> pd.DataFrame:
     """NCCL inspector bus bandwidth per rank over the window, where its dump is scraped (one
     series per collective: averaged on the server)."""
     labels = ("hostname", "instance", "rank", "comm_id", "collective", "message_size")
-    answer = await client.query(f"avg by ({', '.join(labels)}) "
-                                f"(avg_over_time({NCCL_BUS_BANDWIDTH}[{int(round(end - start))}s]))", end)
-    rows = [(*nccl_key(r["metric"]), float(r["value"][1]), float("nan")) for r in answer.get("result", [])]
+    answer = await q.instant(f"avg by ({', '.join(labels)}) "
+                             f"(avg_over_time({NCCL_BUS_BANDWIDTH}{{$M}}[{int(round(q.end - q.start))}s]))")
+    rows = [(*nccl_key(r["metric"]), float(r["value"][1]), float("nan")) for r in answer]
     return pd.DataFrame(rows, columns=NCCL_COLUMNS)
 
 
@@ -295,8 +364,11 @@ async def _jobs_inputs(q: _Queries, has_gpus: bool, fine_step: float, fine_windo
 
         def increase(values: np.ndarray) -> np.ndarray:
             delta = np.diff(values)
-            delta[delta < 0] = np.nan  # a reset (or a GPU gone): unknown, not negative
-            return delta
+            # A sum of counters is added up in any order (VictoriaMetrics): a still counter may
+            # come back a rounding lower. A true drop is a reset (or a GPU gone): unknown.
+            rounding = 1e-9 * np.abs(values[1:])
+            delta[delta < -rounding] = np.nan
+            return np.maximum(delta, 0.0, where=np.isfinite(delta), out=delta)
 
         cols: dict[str, dict[str, np.ndarray]] = {}
         for (instance,), values in busy.items():
@@ -306,6 +378,18 @@ async def _jobs_inputs(q: _Queries, has_gpus: bool, fine_step: float, fine_windo
                 cols.setdefault(instance, {})[f"idle_{state}"] = increase(values)
         node_fine = fine_table(cols, fine_windows)
     return workloads, node_fine
+
+
+def _median(counts: dict[tuple, np.ndarray], windows: int) -> np.ndarray:
+    """Per window, the median of the values counted ({(value,) -> how many per window}),
+    interpolated as PromQL's quantile(0.5) does."""
+    values = np.array([float(v) for (v,) in counts])
+    table = np.nan_to_num(np.vstack(list(counts.values()))).astype(int) if counts else np.zeros((0, windows), int)
+    median = np.full(windows, np.nan)
+    for w in range(windows):
+        if table[:, w].sum():
+            median[w] = float(np.quantile(np.repeat(values, table[:, w]), 0.5))
+    return median
 
 
 def _suspects(node_cols: dict[str, dict[str, np.ndarray]], step: float) -> list[str]:
