@@ -6,6 +6,9 @@ import re
 
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+# The plain shape every writer of gpunet traces uses (no spaces, no escapes): read at once.
+_PLAIN = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)",?')
+_ALL_PLAIN = re.compile(r'(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",?)*')
 
 
 def parse_series(key: str) -> tuple[str, dict[str, str]]:
@@ -15,7 +18,10 @@ def parse_series(key: str) -> tuple[str, dict[str, str]]:
         return name, {}
     if not rest.endswith("}"):
         raise ValueError("unterminated label set")
-    body, labels, pos = rest[:-1], {}, 0
+    body = rest[:-1]
+    if _ALL_PLAIN.fullmatch(body):
+        return name, dict(_PLAIN.findall(body))
+    labels, pos = {}, 0
     while pos < len(body):
         m = _LABEL.match(body, pos)
         if not m or m.end() == pos:

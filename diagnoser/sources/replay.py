@@ -1,21 +1,26 @@
 """Read a replay trace (docs/trace-format.md) fast, streaming, family by family.
 
 The prometheus_client parser costs tens of microseconds a sample; this reader leans on
-the trace's shape instead: a series' samples are contiguous, so a line is split once
-from the right (series, value, timestamp) and its labels are parsed only when the
-series changes. Numbers are converted in bulk by numpy. Families the diagnoser does not
-use are skipped without splitting their lines.
+the trace's shape instead: a series' samples are contiguous, so a block of sample lines
+is cut into runs of one series by the lines' byte layout (numpy), its numbers parsed by
+pandas' C parser, and a series' labels parsed once. Families the diagnoser does not use
+are skipped whole. A block that is not clean goes line by line, which repairs and warns.
 """
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from queue import Full, Queue
 
 import numpy as np
+import pandas as pd
 
 from diagnoser.model.frame import WANTED, Frame, FrameBuilder, choose_step
 from diagnoser.model.netconfig import SPARSE
@@ -86,72 +91,245 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
     a last line cut short. Series outside the gpunet contract are skipped and counted.
 
     `sparse` families (constant configuration gauges, sampled at every scrape) keep only the
-    samples where a series' value changes, and its last one: a line repeating the previous
-    value is recognised by its prefix, without being split."""
-    path = Path(path)
-    notes = _Warnings(path, warn or (lambda message: None))
-    wanted = wanted or (lambda name: True)
-    lineno = 0
-    key: bytes | None = None
-    key_line = 0  # line of the current series' first sample
-    skip_family = False
-    sparse_family = False
-    sparse = sparse or (lambda name: False)
-    repeat = b""  # a sparse series' key and its last kept value: a line starting so repeats it
-    pending: bytes | None = None  # the latest repeated line (kept as the series' last sample)
-    pending_line = 0
-    family_b = b""
-    values: list[bytes] = []
-    stamps: list[bytes] = []
-    seen_eof = False
-    unknown = 0
-    unknown_first = 0
-    unknown_named: list[str] = []
+    samples where a series' value changes, and its last one."""
+    reader = _TraceReader(Path(path), wanted or (lambda name: True), warn or (lambda message: None),
+                          sparse or (lambda name: False))
+    yield from reader.series()
 
-    def outside_contract(line: int, name: str) -> None:
-        nonlocal unknown, unknown_first
-        unknown += 1
-        unknown_first = unknown_first or line
-        if len(unknown_named) < MAX_NAMED:
-            unknown_named.append(f"{name[:80]} (line {line})")
 
-    def keep_pending() -> None:
-        nonlocal pending
+class _TraceReader:
+    """One pass over a trace. Decompression runs on a thread of its own (zlib lets go of
+    the GIL), the parsing here. A block of sample lines of one family, each `series value
+    timestamp` with no space inside the series (all a well-formed trace holds), is parsed
+    at once: its numbers by pandas' C parser, its series boundaries from the lines' key
+    lengths and a byte count (_regular_block). Anything else (comments, blank lines, a
+    label value with a space, a value that is no number...) goes line by line through
+    `_line`, which repairs and warns."""
+
+    def __init__(self, path: Path, wanted: Callable[[str], bool], warn: Callable[[str], None],
+                 sparse: Callable[[str], bool]):
+        self.path, self.wanted, self.sparse = path, wanted, sparse
+        self.notes = _Warnings(path, warn)
+        self.lineno = 0
+        self.key: bytes | None = None
+        self.key_line = 0  # line of the current series' first sample
+        # the current series' samples, in order: float arrays parsed in bulk (and whether they
+        # passed the checks _flush makes), or byte strings with the line of the first (parsed
+        # line by line)
+        self.parts: list[tuple[np.ndarray, np.ndarray, bool] | tuple[list[bytes], list[bytes], int]] = []
+        self.values: list[bytes] = []  # the line-by-line part being filled
+        self.stamps: list[bytes] = []
+        self.values_line = 0
+        self.skip_family = False
+        self.sparse_family = False
+        self.repeat = b""  # a sparse series' key and its last kept value: a line starting so repeats it
+        self.pending: bytes | None = None  # the latest repeated line (kept as the series' last sample)
+        self.pending_line = 0
+        self.family_b = b""
+        self.seen_eof = False
+        self.unknown = 0
+        self.unknown_first = 0
+        self.unknown_named: list[str] = []
+
+    # --- the pass -----------------------------------------------------------------------------
+    def series(self) -> Iterator[RawSeries]:
+        tail = b""
+        try:
+            for block in _blocks(self.path):
+                chunk = tail + block
+                cut = chunk.rfind(b"\n") + 1
+                body, tail = chunk[:cut], chunk[cut:]
+                del chunk
+                if len(tail) > MAX_LINE:
+                    line = self.lineno + body.count(b"\n") + 1
+                    raise TraceError(f"{self.path}:{line}: a line of over {MAX_LINE} bytes")
+                if body:
+                    yield from self._body(body)
+            if tail.strip() == b"# EOF":
+                self.seen_eof = True  # the last line without its newline
+            elif tail.strip():
+                self.notes("cut lines", f"{self.path}:{self.lineno + 1}: the file ends in the middle of a line "
+                           "(truncated?): that line skipped")
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise TraceError(f"{self.path}:{self.lineno + 1}: compressed stream broken after line {self.lineno} "
+                             f"({e}): truncated or corrupt file") from None
+        except OSError as e:
+            raise TraceError(f"{self.path}: {e.strerror or e}") from None
+        self._settle()
+        series = self._flush()
+        if series is not None:
+            yield series
+        if self.unknown:
+            more = ", ..." if self.unknown > len(self.unknown_named) else ""
+            self.notes("series outside the contract", f"{self.path}:{self.unknown_first}: {self.unknown} series or "
+                       f"families outside the gpunet contract skipped: {', '.join(self.unknown_named)}{more}")
+        if not self.seen_eof:
+            self.notes("no EOF", f"{self.path}: no '# EOF' line: the trace may be truncated after line {self.lineno}")
+        self.notes.close()
+
+    def _body(self, body: bytes) -> Iterator[RawSeries]:
+        """Whole lines: runs of sample lines in bulk, comments and blank lines one by one."""
+        text = np.frombuffer(body, np.uint8)
+        breaks = np.flatnonzero(text <= 32)  # spaces, newlines and other control bytes: one pass
+        ends = breaks[text[breaks] == 10]
+        starts = np.concatenate(([0], ends[:-1] + 1))
+        if len(body) > MAX_LINE and int((ends - starts).max()) > MAX_LINE:
+            long = int(np.argmax(ends - starts > MAX_LINE))
+            raise TraceError(f"{self.path}:{self.lineno + long + 1}: a line of over {MAX_LINE} bytes")
+        special = np.flatnonzero((text[starts] == 35) | (ends == starts))  # '#' or a blank line
+        at = 0
+        for k in [*special.tolist(), len(ends)]:
+            if k > at:
+                lo, hi = int(starts[at]), int(ends[k - 1]) + 1
+                inside = breaks[np.searchsorted(breaks, lo):np.searchsorted(breaks, hi)] - lo
+                yield from self._samples(body[lo:hi], text[lo:hi], inside, k - at)
+            if k < len(ends):
+                yield from self._line(body[starts[k]:ends[k]])
+            at = k + 1
+
+    def _samples(self, block: bytes, text: np.ndarray, breaks: np.ndarray, lines: int) -> Iterator[RawSeries]:
+        """Whole sample lines (no comment, no blank line); `text` is the block as bytes,
+        `breaks` the offsets of its bytes <= 32."""
+        if self.skip_family and block.startswith(self.family_b) and \
+                block.count(b"\n" + self.family_b, 0, len(block) - 1) == lines - 1:
+            self.lineno += lines  # a family the diagnoser does not read, whole
+            return
+        if not self.skip_family:
+            parsed = _regular_block(block, text, breaks)
+            if parsed is not None:
+                yield from self._runs(block, *parsed)
+                return
+        for line in block[:-1].split(b"\n"):
+            yield from self._line(line)
+
+    def _runs(self, block: bytes, runs: list[tuple[int, int, int, int, bool]], values: np.ndarray,
+              stamps: np.ndarray) -> Iterator[RawSeries]:
+        """Append each series' run of samples (parsed in bulk) to its series."""
+        self._settle()
+        first_line = self.lineno + 1
+        for a, b, key_start, key_end, clean in runs:
+            key = block[key_start:key_end]
+            if key != self.key:
+                series = self._flush()
+                if series is not None:
+                    yield series
+                self.key, self.key_line = key, first_line + a
+            v, t = values[a:b], stamps[a:b]
+            if self.sparse_family and len(v) > 2:  # value changes only, and the last sample
+                keep = np.concatenate(([True], v[1:] != v[:-1]))
+                keep[-1] = True
+                v, t = v[keep], t[keep]
+            self.parts.append((v, t, clean))
+        self.lineno += len(values)
+
+    # --- line by line ----------------------------------------------------------------------------
+    def _line(self, line: bytes) -> Iterator[RawSeries]:
+        self.lineno += 1
+        lineno = self.lineno
+        if not line:
+            return
+        if line[0] == 35:  # '#'
+            if line.startswith(b"# TYPE "):
+                fields = line.split(b" ", 3)
+                self.family_b = fields[2] if len(fields) > 2 else b""
+                family = self.family_b.decode("utf-8", "replace")
+                self.skip_family = not (self.wanted(family) or self.wanted(family + "_total"))
+                self.sparse_family = not self.skip_family and self.sparse(family)
+                if self.skip_family and not family.startswith("gpunet_"):
+                    self._outside_contract(lineno, family)
+            elif line.startswith(b"# EOF"):
+                self.seen_eof = True
+            return
+        if self.skip_family:
+            if line.startswith(self.family_b):
+                return
+            # A sample outside its family's block (no TYPE line of its own).
+            self.family_b = line.split(b"{", 1)[0].split(b" ", 1)[0]
+            family = self.family_b.decode("utf-8", "replace")
+            self.skip_family = not self.wanted(family)
+            self.sparse_family = not self.skip_family and self.sparse(family)
+            if self.skip_family:
+                if not family.startswith("gpunet_"):
+                    self._outside_contract(lineno, family)
+                return
+            self.notes("samples outside their family's block", f"{self.path}:{lineno}: samples of {family[:80]} "
+                       f"outside their family's '# TYPE' block: read")
+        if self.sparse_family and self.repeat and line.startswith(self.repeat):
+            self.pending, self.pending_line = line, lineno
+            return
+        if self.pending is not None:
+            self._keep_pending()
+        parts = line.rsplit(b" ", 2)
+        if len(parts) != 3:
+            self._malformed_line(lineno, line)
+            return
+        if parts[0] != self.key:
+            series = self._flush()
+            if series is not None:
+                yield series
+            self.key, self.key_line = parts[0], lineno
+        self._append(parts[1], parts[2], lineno)
+        self.repeat = parts[0] + b" " + parts[1] + b" " if self.sparse_family else b""
+
+    def _append(self, value: bytes, stamp: bytes, lineno: int) -> None:
+        if not self.values:
+            self.values_line = lineno
+        self.values.append(value)
+        self.stamps.append(stamp)
+
+    def _settle(self) -> None:
+        """Close the line-by-line part of the current series (before samples parsed in bulk)."""
+        if self.pending is not None:
+            self._keep_pending()
+        self.repeat = b""
+        if self.values:
+            self.parts.append((self.values, self.stamps, self.values_line))
+            self.values, self.stamps = [], []
+
+    def _keep_pending(self) -> None:
+        pending, self.pending = self.pending, None
+        assert pending is not None
         parts = pending.rsplit(b" ", 2)
-        if len(parts) == 3 and parts[0] == key:
-            values.append(parts[1])
-            stamps.append(parts[2])
+        if len(parts) == 3 and parts[0] == self.key:
+            self._append(parts[1], parts[2], self.pending_line)
         else:
-            malformed_line(pending_line, pending)
-        pending = None
+            self._malformed_line(self.pending_line, pending)
 
-    def malformed_line(line: int, text: bytes) -> None:
-        notes("malformed sample lines", f"{path}:{line}: expected 'series value timestamp' (every sample of a trace "
-              f"has a timestamp): {text[:120]!r}: line skipped")
+    def _malformed_line(self, line: int, text: bytes) -> None:
+        self.notes("malformed sample lines", f"{self.path}:{line}: expected 'series value timestamp' (every sample "
+                   f"of a trace has a timestamp): {text[:120]!r}: line skipped")
 
-    def flush() -> RawSeries | None:
-        if key is None or not values:
+    def _outside_contract(self, line: int, name: str) -> None:
+        self.unknown += 1
+        self.unknown_first = self.unknown_first or line
+        if len(self.unknown_named) < MAX_NAMED:
+            self.unknown_named.append(f"{name[:80]} (line {line})")
+
+    # --- a series, whole ---------------------------------------------------------------------------
+    def _flush(self) -> RawSeries | None:
+        key = self.key
+        if self.values:
+            self.parts.append((self.values, self.stamps, self.values_line))
+        parts, self.parts, self.values, self.stamps = self.parts, [], [], []
+        if key is None or not parts:
             return None
         name = key.partition(b"{")[0].decode("utf-8", "replace")
-        if not wanted(name):
+        if not self.wanted(name):
             if not name.startswith("gpunet_"):
-                outside_contract(key_line, name)
+                self._outside_contract(self.key_line, name)
             return None
-        where = f"{path}:{key_line}"
+        where = f"{self.path}:{self.key_line}"
         try:
             name, labels = parse_series(key.decode("utf-8", "replace"))
         except ValueError as e:
-            notes("malformed series", f"{where}: {e}: {key[:120]!r}: its {len(values)} samples skipped")
+            count = sum(len(p[0]) for p in parts)
+            self.notes("malformed series", f"{where}: {e}: {key[:120]!r}: its {count} samples skipped")
             return None
-        try:
-            v = np.array(values).astype(np.float64)
-            t = np.array(stamps).astype(np.float64)
-        except ValueError:  # some are no numbers: those become NaN, dropped below with the rest
-            bad = next(i for i, (a, b) in enumerate(zip(values, stamps)) if not _is_number(a) or not _is_number(b))
-            notes("samples that are no numbers", f"{path}:{key_line + bad}: not a number: "
-                  f"{values[bad][:40]!r} {stamps[bad][:40]!r}: dropped")
-            v = np.array([float(a) if _is_number(a) else np.nan for a in values])
-            t = np.array([float(b) if _is_number(b) else np.nan for b in stamps])
+        if len(parts) == 1 and parts[0][2] is True:  # one clean run: nothing to repair
+            return RawSeries(name, labels, parts[0][1], parts[0][0], self.key_line)
+        arrays = [(p[0], p[1]) if isinstance(p[2], bool) else self._numbers(*p) for p in parts]
+        v = np.concatenate([p[0] for p in arrays]) if len(arrays) > 1 else arrays[0][0]
+        t = np.concatenate([p[1] for p in arrays]) if len(arrays) > 1 else arrays[0][1]
         series = key[:100].decode("utf-8", "replace")
         bad = ~(np.isfinite(t) & np.isfinite(v))
         if name.endswith("_total") or name in NON_NEGATIVE:
@@ -159,8 +337,9 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
         bad |= np.abs(v) > IMPOSSIBLE  # 1e308 is no reading of any counter or gauge
         if bad.any():
             first = int(np.argmax(bad))
-            notes("NaN/Inf/negative samples", f"{where}: {series}: {int(bad.sum())} samples with a NaN, infinite, "
-                  f"negative or impossible (over 1e21) value or timestamp dropped (the first at line {key_line + first})")
+            self.notes("NaN/Inf/negative samples", f"{where}: {series}: {int(bad.sum())} samples with a NaN, "
+                       f"infinite, negative or impossible (over 1e21) value or timestamp dropped (the first at line "
+                       f"{self.key_line + first})")
             t, v = t[~bad], v[~bad]
         if len(t) > 1:
             step = np.diff(t)
@@ -175,93 +354,118 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
                 if not keep.all():
                     what.append(f"{len(keep) - int(keep.sum())} duplicate timestamps dropped (the first kept)")
                     t, v = t[keep], v[keep]
-                notes("duplicate or out-of-order samples", f"{where}: {series}: {', '.join(what)}")
-        return RawSeries(name, labels, t, v, key_line)
+                self.notes("duplicate or out-of-order samples", f"{where}: {series}: {', '.join(what)}")
+        return RawSeries(name, labels, t, v, self.key_line)
 
+    def _numbers(self, values: list[bytes], stamps: list[bytes], line: int) -> tuple[np.ndarray, np.ndarray]:
+        try:
+            return np.array(values).astype(np.float64), np.array(stamps).astype(np.float64)
+        except ValueError:  # some are no numbers: those become NaN, dropped with the rest
+            bad = next(i for i, (a, b) in enumerate(zip(values, stamps)) if not _is_number(a) or not _is_number(b))
+            self.notes("samples that are no numbers", f"{self.path}:{line + bad}: not a number: "
+                       f"{values[bad][:40]!r} {stamps[bad][:40]!r}: dropped")
+            return (np.array([float(a) if _is_number(a) else np.nan for a in values]),
+                    np.array([float(b) if _is_number(b) else np.nan for b in stamps]))
+
+
+def _regular_block(block: bytes, text: np.ndarray,
+                   breaks: np.ndarray) -> tuple[list[tuple[int, int, int, int, bool]], np.ndarray, np.ndarray] | None:
+    """A block of whole sample lines parsed at once, where every line is `key value
+    timestamp` with exactly two spaces and both numbers parse: ([(first line, end line, key
+    start, key end, clean) per run of one series], values, timestamps); a clean run holds
+    no sample _flush would drop or reorder. None where any line is not so (the caller reads
+    the block line by line and says what is wrong)."""
+    n = len(breaks) // 3
+    if len(breaks) != 3 * n or not np.array_equal(text[breaks].reshape(n, 3), np.broadcast_to(_LINE_SHAPE, (n, 3))):
+        return None
+    first, second, ends = breaks[0::3], breaks[1::3], breaks[2::3]
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    length = first - starts
+    if length.min() < 1 or (second - first).min() < 2 or (ends - second).min() < 2:
+        return None  # an empty field
     try:
-        with _open(path) as f:
-            tail = b""
-            while True:
-                block = f.read(BLOCK)
-                if not block:
-                    break
-                chunk = tail + block
-                lines = chunk.split(b"\n")
-                tail = lines.pop()
-                if len(chunk) > MAX_LINE and max(map(len, lines), default=0) > MAX_LINE:
-                    long = next(i for i, line in enumerate(lines) if len(line) > MAX_LINE)
-                    raise TraceError(f"{path}:{lineno + long + 1}: a line of over {MAX_LINE} bytes")
-                if len(tail) > MAX_LINE:
-                    raise TraceError(f"{path}:{lineno + len(lines) + 1}: a line of over {MAX_LINE} bytes")
-                del chunk
-                for line in lines:
-                    lineno += 1
-                    if not line:
-                        continue
-                    if line[0] == 35:  # '#'
-                        if line.startswith(b"# TYPE "):
-                            fields = line.split(b" ", 3)
-                            family_b = fields[2] if len(fields) > 2 else b""
-                            family = family_b.decode("utf-8", "replace")
-                            skip_family = not (wanted(family) or wanted(family + "_total"))
-                            sparse_family = not skip_family and sparse(family)
-                            if skip_family and not family.startswith("gpunet_"):
-                                outside_contract(lineno, family)
-                        elif line.startswith(b"# EOF"):
-                            seen_eof = True
-                        continue
-                    if skip_family:
-                        if line.startswith(family_b):
-                            continue
-                        # A sample outside its family's block (no TYPE line of its own).
-                        family_b = line.split(b"{", 1)[0].split(b" ", 1)[0]
-                        family = family_b.decode("utf-8", "replace")
-                        skip_family = not wanted(family)
-                        sparse_family = not skip_family and sparse(family)
-                        if skip_family:
-                            if not family.startswith("gpunet_"):
-                                outside_contract(lineno, family)
-                            continue
-                        notes("samples outside their family's block", f"{path}:{lineno}: samples of {family[:80]} "
-                              f"outside their family's '# TYPE' block: read")
-                    if sparse_family and repeat and line.startswith(repeat):
-                        pending, pending_line = line, lineno
-                        continue
-                    if pending is not None:
-                        keep_pending()
-                    parts = line.rsplit(b" ", 2)
-                    if len(parts) != 3:
-                        malformed_line(lineno, line)
-                        continue
-                    if parts[0] != key:
-                        series = flush()
-                        if series is not None:
-                            yield series
-                        key, key_line, values, stamps = parts[0], lineno, [], []
-                    values.append(parts[1])
-                    stamps.append(parts[2])
-                    repeat = parts[0] + b" " + parts[1] + b" " if sparse_family else b""
-            if tail.strip() == b"# EOF":
-                seen_eof = True  # the last line without its newline
-            elif tail.strip():
-                notes("cut lines", f"{path}:{lineno + 1}: the file ends in the middle of a line (truncated?): "
-                      f"that line skipped")
-    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise TraceError(f"{path}:{lineno + 1}: compressed stream broken after line {lineno} ({e}): truncated "
-                         f"or corrupt file") from None
-    except OSError as e:
-        raise TraceError(f"{path}: {e.strerror or e}") from None
-    if pending is not None:
-        keep_pending()
-    series = flush()
-    if series is not None:
-        yield series
-    if unknown:
-        notes("series outside the contract", f"{path}:{unknown_first}: {unknown} series or families outside the gpunet "
-              f"contract skipped: {', '.join(unknown_named)}{', ...' if unknown > len(unknown_named) else ''}")
-    if not seen_eof:
-        notes("no EOF", f"{path}: no '# EOF' line: the trace may be truncated after line {lineno}")
-    notes.close()
+        numbers = pd.read_csv(io.BytesIO(block), sep=" ", header=None, usecols=[1, 2], dtype=np.float64,
+                              engine="c", quoting=csv.QUOTE_NONE, keep_default_na=False, na_values=["NaN"],
+                              skip_blank_lines=False, encoding_errors="replace").to_numpy()
+    except (ValueError, pd.errors.ParserError):
+        return None
+    if numbers.shape != (n, 2):
+        return None
+    values, stamps = numbers[:, 0], numbers[:, 1]
+    # Samples _flush would look at twice (cumulative counts, per line): no number, negative
+    # (a counter never is; a gauge may be, and is then checked in full), impossible, or not
+    # after the line before.
+    odd = np.cumsum(~(np.isfinite(values) & np.isfinite(stamps)) | (values < 0) | (np.abs(values) > IMPOSSIBLE))
+    odd = np.concatenate(([0], odd))
+    unordered = np.concatenate(([0, 0], np.cumsum(stamps[1:] <= stamps[:-1])))
+    # Series boundaries: a line whose key differs in length, or in one of a few bytes where
+    # label values differ (the last label's value, the middle), from the line before.
+    changed = np.flatnonzero((length[1:] != length[:-1]) | (text[first[1:] - 2] != text[first[:-1] - 2])
+                             | (text[first[1:] - 3] != text[first[:-1] - 3])
+                             | (text[starts[1:] + length[1:] // 2] != text[starts[:-1] + length[:-1] // 2])) + 1
+    bounds = [0, *changed.tolist(), n]
+    runs: list[tuple[int, int, int, int, bool]] = []
+    typical = 1  # samples in the last series: most series of a trace have as many
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        at = a
+        while at < b:
+            # Exact: every line of [at, end) starts with at's key and a space (the keys of a
+            # candidate run are all as long), counted at once over the guessed run's bytes.
+            key = block[starts[at]:first[at] + 1]
+            guess = min(at + typical, b)
+            end = at + 1
+            if guess > end and block.count(b"\n" + key, int(ends[at]), int(first[guess - 1]) + 1) == guess - at - 1:
+                end = guess
+            while end < b and block.startswith(key, int(starts[end])):  # a series longer or shorter than guessed
+                end += 1
+            clean = odd[end] == odd[at] and unordered[end] == unordered[at + 1]
+            runs.append((at, end, int(starts[at]), int(first[at]), bool(clean)))
+            typical, at = end - at, end
+    return runs, values, stamps
+
+
+_LINE_SHAPE = np.array([32, 32, 10], np.uint8)  # a sample line's separators: space, space, newline
+
+
+def _blocks(path: Path) -> Iterator[bytes]:
+    """The file's bytes, decompressed, in blocks, read ahead on a thread of its own; its
+    errors are raised here, where the reader would have met them."""
+    done = object()
+    queue: Queue = Queue(maxsize=4)
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            with _open(path) as f:
+                while not stop.is_set():
+                    block = f.read(BLOCK)
+                    _put(block or done)
+                    if not block:
+                        return
+        except BaseException as e:  # handed to the reader, which raises it
+            _put(e)
+
+    def _put(item) -> None:
+        while not stop.is_set():
+            try:
+                queue.put(item, timeout=0.1)
+                return
+            except Full:
+                continue
+
+    thread = threading.Thread(target=read, name="trace-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = queue.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _is_number(text: bytes) -> bool:
