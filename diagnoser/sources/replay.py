@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Full, Queue
+from typing import BinaryIO, cast
 
 import numpy as np
 import pandas as pd
@@ -49,10 +50,10 @@ class RawSeries:
     line: int = 0  # where its first sample is
 
 
-def _open(path: Path):
+def _open(path: Path) -> BinaryIO:
     with open(path, "rb") as probe:
         magic = probe.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    return cast(BinaryIO, gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb"))
 
 
 MAX_WARNINGS = 5  # of one kind; the rest are counted in one closing line
@@ -65,7 +66,8 @@ class _Warnings:
     """Bounded warnings: a hostile trace can hold millions of damaged series."""
 
     def __init__(self, path: Path, warn: Callable[[str], None]):
-        self.path, self.warn, self.counts = path, warn, {}
+        self.path, self.warn = path, warn
+        self.counts: dict[str, int] = {}
 
     def __call__(self, kind: str, message: str) -> None:
         n = self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -97,6 +99,22 @@ def read_trace(path: str | Path, wanted: Callable[[str], bool] | None = None,
     yield from reader.series()
 
 
+@dataclass
+class _Parsed:
+    """Samples parsed in bulk; `clean`: none that _flush would drop or reorder."""
+    values: np.ndarray
+    stamps: np.ndarray
+    clean: bool
+
+
+@dataclass
+class _Lines:
+    """Samples read line by line, as text, from line `line` on."""
+    values: list[bytes]
+    stamps: list[bytes]
+    line: int
+
+
 class _TraceReader:
     """One pass over a trace. Decompression runs on a thread of its own (zlib lets go of
     the GIL), the parsing here. A block of sample lines of one family, each `series value
@@ -113,10 +131,7 @@ class _TraceReader:
         self.lineno = 0
         self.key: bytes | None = None
         self.key_line = 0  # line of the current series' first sample
-        # the current series' samples, in order: float arrays parsed in bulk (and whether they
-        # passed the checks _flush makes), or byte strings with the line of the first (parsed
-        # line by line)
-        self.parts: list[tuple[np.ndarray, np.ndarray, bool] | tuple[list[bytes], list[bytes], int]] = []
+        self.parts: list[_Parsed | _Lines] = []  # the current series' samples, in order
         self.values: list[bytes] = []  # the line-by-line part being filled
         self.stamps: list[bytes] = []
         self.values_line = 0
@@ -219,7 +234,7 @@ class _TraceReader:
                 keep = np.concatenate(([True], v[1:] != v[:-1]))
                 keep[-1] = True
                 v, t = v[keep], t[keep]
-            self.parts.append((v, t, clean))
+            self.parts.append(_Parsed(v, t, clean))
         self.lineno += len(values)
 
     # --- line by line ----------------------------------------------------------------------------
@@ -283,7 +298,7 @@ class _TraceReader:
             self._keep_pending()
         self.repeat = b""
         if self.values:
-            self.parts.append((self.values, self.stamps, self.values_line))
+            self.parts.append(_Lines(self.values, self.stamps, self.values_line))
             self.values, self.stamps = [], []
 
     def _keep_pending(self) -> None:
@@ -309,7 +324,7 @@ class _TraceReader:
     def _flush(self) -> RawSeries | None:
         key = self.key
         if self.values:
-            self.parts.append((self.values, self.stamps, self.values_line))
+            self.parts.append(_Lines(self.values, self.stamps, self.values_line))
         parts, self.parts, self.values, self.stamps = self.parts, [], [], []
         if key is None or not parts:
             return None
@@ -322,12 +337,12 @@ class _TraceReader:
         try:
             name, labels = parse_series(key.decode("utf-8", "replace"))
         except ValueError as e:
-            count = sum(len(p[0]) for p in parts)
+            count = sum(len(p.values) for p in parts)
             self.notes("malformed series", f"{where}: {e}: {key[:120]!r}: its {count} samples skipped")
             return None
-        if len(parts) == 1 and parts[0][2] is True:  # one clean run: nothing to repair
-            return RawSeries(name, labels, parts[0][1], parts[0][0], self.key_line)
-        arrays = [(p[0], p[1]) if isinstance(p[2], bool) else self._numbers(*p) for p in parts]
+        if len(parts) == 1 and isinstance(parts[0], _Parsed) and parts[0].clean:  # nothing to repair
+            return RawSeries(name, labels, parts[0].stamps, parts[0].values, self.key_line)
+        arrays = [(p.values, p.stamps) if isinstance(p, _Parsed) else self._numbers(p) for p in parts]
         v = np.concatenate([p[0] for p in arrays]) if len(arrays) > 1 else arrays[0][0]
         t = np.concatenate([p[1] for p in arrays]) if len(arrays) > 1 else arrays[0][1]
         series = key[:100].decode("utf-8", "replace")
@@ -357,7 +372,8 @@ class _TraceReader:
                 self.notes("duplicate or out-of-order samples", f"{where}: {series}: {', '.join(what)}")
         return RawSeries(name, labels, t, v, self.key_line)
 
-    def _numbers(self, values: list[bytes], stamps: list[bytes], line: int) -> tuple[np.ndarray, np.ndarray]:
+    def _numbers(self, part: _Lines) -> tuple[np.ndarray, np.ndarray]:
+        values, stamps, line = part.values, part.stamps, part.line
         try:
             return np.array(values).astype(np.float64), np.array(stamps).astype(np.float64)
         except ValueError:  # some are no numbers: those become NaN, dropped with the rest
@@ -445,7 +461,7 @@ def _blocks(path: Path) -> Iterator[bytes]:
         except BaseException as e:  # handed to the reader, which raises it
             _put(e)
 
-    def _put(item) -> None:
+    def _put(item: object) -> None:
         while not stop.is_set():
             try:
                 queue.put(item, timeout=0.1)
@@ -526,7 +542,7 @@ def _merge_repeated(stream: Iterator[RawSeries], notes: _Warnings) -> list[RawSe
     return out
 
 
-def _time_range(path, series: list[RawSeries], note: Callable[[str], None]) -> tuple[float, float]:
+def _time_range(path: str | Path, series: list[RawSeries], note: Callable[[str], None]) -> tuple[float, float]:
     """The trace's first and last sample time, ignoring stray samples far outside the time
     its series cover (a timestamp off by days would stretch the windows over nothing)."""
     firsts = np.array([s.timestamps[0] for s in series])
