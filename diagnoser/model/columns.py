@@ -115,17 +115,28 @@ def counter_increase(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndar
     A decrease is a reset (the exporter restarted, a driver reloaded): the counter grew by
     its new value since. Each delta lands in the window of its later sample.
     """
-    out = np.zeros(len(edges) - 1)
+    return binned(*counter_deltas(t, v), edges)
+
+
+def counter_deltas(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(time of each later sample, the counter's growth since the sample before), resets and
+    NaN/Inf handled (see counter_increase)."""
     if len(t) < 2:
-        return out
+        return t[:0], v[:0]
     delta = np.diff(v)
     reset = delta < 0
-    delta[reset] = v[1:][reset]
+    if reset.any():
+        delta[reset] = v[1:][reset]
     delta[~np.isfinite(delta)] = 0.0  # NaN/Inf samples carry no information
-    idx = np.searchsorted(edges, t[1:], side="right") - 1
-    ok = (idx >= 0) & (idx < len(out))
-    np.add.at(out, idx[ok], delta[ok])
-    return out
+    return t[1:], delta
+
+
+def binned(t: np.ndarray, amounts: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The sum of `amounts` within each window [edges[i], edges[i+1])."""
+    n = len(edges) - 1
+    idx = np.searchsorted(edges, t, side="right") - 1
+    ok = (idx >= 0) & (idx < n)
+    return np.bincount(idx[ok], weights=amounts[ok], minlength=n)[:n].astype(float)
 
 
 def gauge_stats(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -18,6 +18,7 @@ import pandas as pd
 from diagnoser.model.columns import (
     BY_METRIC,
     GPU_COLUMNS,
+    INCREASE,
     NCCL_BUS_BANDWIDTH,
     NCCL_COLUMNS,
     NIC_COLUMNS,
@@ -25,6 +26,8 @@ from diagnoser.model.columns import (
     NODE_COLUMNS,
     RUNTIME_METRICS,
     WORKLOAD_COLUMNS,
+    binned,
+    counter_deltas,
     counter_increase,
     gauge_stats,
     nccl_key,
@@ -173,7 +176,8 @@ class FrameBuilder:
             target = column.name_for(labels)
             if target is None:
                 return
-            values = reduce(column, t, v, e)
+            later, grown = counter_deltas(t, v) if column.how == INCREASE else (t, v)
+            values = binned(later, grown, e) if column.how == INCREASE else reduce(column, t, v, e)
             if column.table == "nic":
                 key = (instance, labels.get("device", ""))
                 if column.how == "increase":
@@ -185,9 +189,9 @@ class FrameBuilder:
             else:  # per GPU: summed per node, kept per GPU, and at the fine grain (sustained vs brief idle)
                 self._acc(self.node, instance, target, values)
                 self._acc(self.gpu, (instance, labels.get("gpu", "")), "busy" if target == "busy" else "idle", values)
-                fine = counter_increase(t, v, self.fine_edges)
+                fine = binned(later, grown, self.fine_edges)
                 self._acc(self.totals, "busy" if target == "busy" else "idle", "seconds",
-                          counter_increase(t, v, self.range_edges))
+                          binned(later, grown, self.range_edges))
                 self._acc(self.fine, "busy" if target == "busy" else "idle", target, fine)
                 self._acc(self.node_fine, instance, target, fine)
                 if target == "busy":

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Full, Queue
-from typing import BinaryIO, cast
+from typing import BinaryIO, TypeVar, cast
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,7 @@ from gpunet import contract as c
 from gpunet.window import LAST_SECOND, rfc3339
 
 BLOCK = 1 << 22  # bytes read at a time
+_T = TypeVar("_T")
 # No gpunet value reaches this: a byte counter of a 1.6 Tb/s port takes 300 years to get
 # there. Larger samples are garbage (1e308), dropped with a warning rather than believed.
 IMPOSSIBLE = 1e21
@@ -148,23 +149,19 @@ class _TraceReader:
 
     # --- the pass -----------------------------------------------------------------------------
     def series(self) -> Iterator[RawSeries]:
-        tail = b""
         try:
-            for block in _blocks(self.path):
-                chunk = tail + block
-                cut = chunk.rfind(b"\n") + 1
-                body, tail = chunk[:cut], chunk[cut:]
-                del chunk
-                if len(tail) > MAX_LINE:
-                    line = self.lineno + body.count(b"\n") + 1
-                    raise TraceError(f"{self.path}:{line}: a line of over {MAX_LINE} bytes")
-                if body:
+            for body in _bodies(self.path, self._reads):
+                if isinstance(body, _Body):
                     yield from self._body(body)
-            if tail.strip() == b"# EOF":
-                self.seen_eof = True  # the last line without its newline
-            elif tail.strip():
-                self.notes("cut lines", f"{self.path}:{self.lineno + 1}: the file ends in the middle of a line "
-                           "(truncated?): that line skipped")
+                    continue
+                tail = body
+                if len(tail) > MAX_LINE:
+                    raise TraceError(f"{self.path}:{self.lineno + 1}: a line of over {MAX_LINE} bytes")
+                if tail.strip() == b"# EOF":
+                    self.seen_eof = True  # the last line without its newline
+                elif tail.strip():
+                    self.notes("cut lines", f"{self.path}:{self.lineno + 1}: the file ends in the middle of a line "
+                               "(truncated?): that line skipped")
         except (EOFError, zlib.error, gzip.BadGzipFile) as e:
             raise TraceError(f"{self.path}:{self.lineno + 1}: compressed stream broken after line {self.lineno} "
                              f"({e}): truncated or corrupt file") from None
@@ -182,37 +179,37 @@ class _TraceReader:
             self.notes("no EOF", f"{self.path}: no '# EOF' line: the trace may be truncated after line {self.lineno}")
         self.notes.close()
 
-    def _body(self, body: bytes) -> Iterator[RawSeries]:
+    def _reads(self, family: bytes) -> bool:
+        """Whether samples after `# TYPE family` are read (as _line decides)."""
+        name = family.decode("utf-8", "replace")
+        return self.wanted(name) or self.wanted(name + "_total")
+
+    def _body(self, body: _Body) -> Iterator[RawSeries]:
         """Whole lines: runs of sample lines in bulk, comments and blank lines one by one."""
-        text = np.frombuffer(body, np.uint8)
-        breaks = np.flatnonzero(text <= 32)  # spaces, newlines and other control bytes: one pass
-        ends = breaks[text[breaks] == 10]
-        starts = np.concatenate(([0], ends[:-1] + 1))
-        if len(body) > MAX_LINE and int((ends - starts).max()) > MAX_LINE:
+        data, starts, ends = body.data, body.starts, body.ends
+        if len(data) > MAX_LINE and int((ends - starts).max()) > MAX_LINE:
             long = int(np.argmax(ends - starts > MAX_LINE))
             raise TraceError(f"{self.path}:{self.lineno + long + 1}: a line of over {MAX_LINE} bytes")
-        special = np.flatnonzero((text[starts] == 35) | (ends == starts))  # '#' or a blank line
         at = 0
-        for k in [*special.tolist(), len(ends)]:
+        for k in [*body.special, len(ends)]:
             if k > at:
-                lo, hi = int(starts[at]), int(ends[k - 1]) + 1
-                inside = breaks[np.searchsorted(breaks, lo):np.searchsorted(breaks, hi)] - lo
-                yield from self._samples(body[lo:hi], text[lo:hi], inside, k - at)
+                yield from self._samples(body, at, k)
             if k < len(ends):
-                yield from self._line(body[starts[k]:ends[k]])
+                yield from self._line(data[starts[k]:ends[k]])
             at = k + 1
 
-    def _samples(self, block: bytes, text: np.ndarray, breaks: np.ndarray, lines: int) -> Iterator[RawSeries]:
-        """Whole sample lines (no comment, no blank line); `text` is the block as bytes,
-        `breaks` the offsets of its bytes <= 32."""
+    def _samples(self, body: _Body, a: int, b: int) -> Iterator[RawSeries]:
+        """Lines a..b-1 of the body, all sample lines (no comment, no blank line)."""
+        lo, hi = int(body.starts[a]), int(body.ends[b - 1]) + 1
+        block = body.data[lo:hi]
         if self.skip_family and block.startswith(self.family_b) and \
-                block.count(b"\n" + self.family_b, 0, len(block) - 1) == lines - 1:
-            self.lineno += lines  # a family the diagnoser does not read, whole
+                block.count(b"\n" + self.family_b, 0, len(block) - 1) == b - a - 1:
+            self.lineno += b - a  # a family the diagnoser does not read, whole
             return
         if not self.skip_family:
-            parsed = _regular_block(block, text, breaks)
-            if parsed is not None:
-                yield from self._runs(block, *parsed)
+            prepared = body.prepared[a] if a in body.prepared else _prepare(body, a, b)
+            if prepared is not None:
+                yield from self._runs(block, _runs_of(block, prepared), prepared.values, prepared.stamps)
                 return
         for line in block[:-1].split(b"\n"):
             yield from self._line(line)
@@ -384,14 +381,40 @@ class _TraceReader:
                     np.array([float(b) if _is_number(b) else np.nan for b in stamps]))
 
 
-def _regular_block(block: bytes, text: np.ndarray,
-                   breaks: np.ndarray) -> tuple[list[tuple[int, int, int, int, bool]], np.ndarray, np.ndarray] | None:
-    """A block of whole sample lines parsed at once, where every line is `key value
-    timestamp` with exactly two spaces and both numbers parse: ([(first line, end line, key
-    start, key end, clean) per run of one series], values, timestamps); a clean run holds
-    no sample _flush would drop or reorder. None where any line is not so (the caller reads
-    the block line by line and says what is wrong)."""
-    n = len(breaks) // 3
+@dataclass
+class _Body:
+    """Whole lines of the trace, with where its lines and fields are (found on the reading
+    thread): `breaks`, offsets of bytes <= 32; `special`, comment and blank lines; and the
+    blocks of sample lines already prepared, by their first line."""
+    data: bytes
+    starts: np.ndarray
+    ends: np.ndarray
+    breaks: np.ndarray
+    special: list[int]
+    prepared: dict[int, _Prepared | None]
+
+
+@dataclass
+class _Prepared:
+    """A block of sample lines whose every line is `key value timestamp`, with exactly two
+    spaces, and both numbers parse."""
+    values: np.ndarray
+    stamps: np.ndarray
+    starts: np.ndarray  # per line, offsets in the block
+    first: np.ndarray  # the space after the key
+    ends: np.ndarray
+    changed: np.ndarray  # lines where a new series may start
+    odd: np.ndarray  # cumulative count of samples _flush would drop (no number, negative, impossible)
+    unordered: np.ndarray  # cumulative count of timestamps not after the line before
+
+
+def _prepare(body: _Body, a: int, b: int) -> _Prepared | None:
+    """Lines a..b-1 of the body parsed at once; None where any line is not a plain sample
+    line (the reader then goes line by line and says what is wrong)."""
+    lo, hi = int(body.starts[a]), int(body.ends[b - 1]) + 1
+    text = np.frombuffer(body.data, np.uint8, hi - lo, lo)
+    breaks = body.breaks[np.searchsorted(body.breaks, lo):np.searchsorted(body.breaks, hi)] - lo
+    n = b - a
     if len(breaks) != 3 * n or not np.array_equal(text[breaks].reshape(n, 3), np.broadcast_to(_LINE_SHAPE, (n, 3))):
         return None
     first, second, ends = breaks[0::3], breaks[1::3], breaks[2::3]
@@ -400,7 +423,7 @@ def _regular_block(block: bytes, text: np.ndarray,
     if length.min() < 1 or (second - first).min() < 2 or (ends - second).min() < 2:
         return None  # an empty field
     try:
-        numbers = pd.read_csv(io.BytesIO(block), sep=" ", header=None, usecols=[1, 2], dtype=np.float64,
+        numbers = pd.read_csv(io.BytesIO(body.data[lo:hi]), sep=" ", header=None, usecols=[1, 2], dtype=np.float64,
                               engine="c", quoting=csv.QUOTE_NONE, keep_default_na=False, na_values=["NaN"],
                               skip_blank_lines=False, encoding_errors="replace").to_numpy()
     except (ValueError, pd.errors.ParserError):
@@ -408,18 +431,21 @@ def _regular_block(block: bytes, text: np.ndarray,
     if numbers.shape != (n, 2):
         return None
     values, stamps = numbers[:, 0], numbers[:, 1]
-    # Samples _flush would look at twice (cumulative counts, per line): no number, negative
-    # (a counter never is; a gauge may be, and is then checked in full), impossible, or not
-    # after the line before.
     odd = np.cumsum(~(np.isfinite(values) & np.isfinite(stamps)) | (values < 0) | (np.abs(values) > IMPOSSIBLE))
-    odd = np.concatenate(([0], odd))
     unordered = np.concatenate(([0, 0], np.cumsum(stamps[1:] <= stamps[:-1])))
-    # Series boundaries: a line whose key differs in length, or in one of a few bytes where
-    # label values differ (the last label's value, the middle), from the line before.
+    # A line whose key differs in length, or in one of a few bytes where label values
+    # differ (the last label's value, the middle), from the line before.
     changed = np.flatnonzero((length[1:] != length[:-1]) | (text[first[1:] - 2] != text[first[:-1] - 2])
                              | (text[first[1:] - 3] != text[first[:-1] - 3])
                              | (text[starts[1:] + length[1:] // 2] != text[starts[:-1] + length[:-1] // 2])) + 1
-    bounds = [0, *changed.tolist(), n]
+    return _Prepared(values, stamps, starts, first, ends, changed, np.concatenate(([0], odd)), unordered)
+
+
+def _runs_of(block: bytes, p: _Prepared) -> list[tuple[int, int, int, int, bool]]:
+    """[(first line, end line, key start, key end, clean)] per run of one series; a clean
+    run holds no sample _flush would drop or reorder."""
+    starts, first, ends, odd, unordered = p.starts, p.first, p.ends, p.odd, p.unordered
+    bounds = [0, *p.changed.tolist(), len(starts)]
     runs: list[tuple[int, int, int, int, bool]] = []
     typical = 1  # samples in the last series: most series of a trace have as many
     for a, b in zip(bounds[:-1], bounds[1:]):
@@ -437,31 +463,68 @@ def _regular_block(block: bytes, text: np.ndarray,
             clean = odd[end] == odd[at] and unordered[end] == unordered[at + 1]
             runs.append((at, end, int(starts[at]), int(first[at]), bool(clean)))
             typical, at = end - at, end
-    return runs, values, stamps
+    return runs
 
 
 _LINE_SHAPE = np.array([32, 32, 10], np.uint8)  # a sample line's separators: space, space, newline
 
 
-def _blocks(path: Path) -> Iterator[bytes]:
-    """The file's bytes, decompressed, in blocks, read ahead on a thread of its own; its
-    errors are raised here, where the reader would have met them."""
+def _lay_out(data: bytes, reads: Callable[[bytes], bool], family: bytes | None) -> tuple[_Body, bytes | None]:
+    """Where the lines of `data` (whole lines) are, and its sample blocks prepared where
+    the family they follow is read; returns the family the data ends in."""
+    text = np.frombuffer(data, np.uint8)
+    breaks = np.flatnonzero(text <= 32)  # spaces, newlines and other control bytes: one pass
+    ends = breaks[text[breaks] == 10]
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    special = np.flatnonzero((text[starts] == 35) | (ends == starts)).tolist()  # '#' or a blank line
+    body = _Body(data, starts, ends, breaks, special, {})
+    at = 0
+    for k in [*special, len(ends)]:
+        if k > at and (family is None or reads(family)):
+            body.prepared[at] = _prepare(body, at, k)
+        if k < len(ends) and data.startswith(b"# TYPE ", int(starts[k])):
+            fields = data[starts[k]:ends[k]].split(b" ", 3)
+            family = fields[2] if len(fields) > 2 else b""
+        at = k + 1
+    return body, family
+
+
+def _bodies(path: Path, reads: Callable[[bytes], bool]) -> Iterator[_Body | bytes]:
+    """The file's whole lines, laid out (_lay_out), then the bytes after its last newline.
+    Decompressing and laying out each run on a thread of its own (zlib, numpy and pandas'
+    parser let go of the GIL), ahead of the reader."""
+    return _ahead(lambda: _laid_out(_ahead(lambda: _decompressed(path)), reads))
+
+
+def _decompressed(path: Path) -> Iterator[bytes]:
+    with _open(path) as f:
+        while block := f.read(BLOCK):
+            yield block
+
+
+def _laid_out(blocks: Iterator[bytes], reads: Callable[[bytes], bool]) -> Iterator[_Body | bytes]:
+    family: bytes | None = None  # before any `# TYPE` line: read
+    tail = b""
+    for block in blocks:
+        chunk = tail + block
+        cut = chunk.rfind(b"\n") + 1
+        tail = chunk[cut:]
+        if cut:
+            body, family = _lay_out(chunk[:cut], reads, family)
+            yield body
+        if len(tail) > MAX_LINE:  # no newline in sight: the reader refuses the line
+            break
+    yield tail
+
+
+def _ahead(produce: Callable[[], Iterator[_T]], depth: int = 4) -> Iterator[_T]:
+    """The items of `produce()`, made on a thread of its own up to `depth` ahead; its
+    errors are raised here, where the consumer would have met them."""
     done = object()
-    queue: Queue = Queue(maxsize=4)
+    queue: Queue = Queue(maxsize=depth)
     stop = threading.Event()
 
-    def read() -> None:
-        try:
-            with _open(path) as f:
-                while not stop.is_set():
-                    block = f.read(BLOCK)
-                    _put(block or done)
-                    if not block:
-                        return
-        except BaseException as e:  # handed to the reader, which raises it
-            _put(e)
-
-    def _put(item: object) -> None:
+    def put(item: object) -> None:
         while not stop.is_set():
             try:
                 queue.put(item, timeout=0.1)
@@ -469,7 +532,22 @@ def _blocks(path: Path) -> Iterator[bytes]:
             except Full:
                 continue
 
-    thread = threading.Thread(target=read, name="trace-reader", daemon=True)
+    def run() -> None:
+        items = produce()
+        try:
+            for item in items:
+                put(item)
+                if stop.is_set():
+                    break
+            put(done)
+        except BaseException as e:  # handed to the consumer, which raises it
+            put(e)
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()  # an upstream stage stops too
+
+    thread = threading.Thread(target=run, name="trace-reader", daemon=True)
     thread.start()
     try:
         while True:
