@@ -80,6 +80,7 @@ def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
     tx_pauses = "instance_device:gpunet_nic_pfc_transmit_pause_frames:rate2m"
     rx_pauses = f"instance_device:gpunet_nic_pfc_receive_pause_frames:rate{r}"
     loss = f"instance_device:gpunet_nic_rdma_loss_events:rate{r}"
+    credit_wait = f"instance_device:gpunet_nic_transmit_wait_ticks_per_byte:ratio_rate{r}"
     retransmits = f"instance:gpunet_tcp_retransmitted_segments:ratio_rate{r}"
     median_speed = "job:gpunet_nic_fabric_link_speed_bytes_per_second:median"
     idle_network = "instance:gpunet_gpu_idle_network_bound:ratio_avg_rate10m"
@@ -104,6 +105,11 @@ def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
         Record(rx_pauses, f"sum without (direction, priority) "
                           f"(rate({m('gpunet_nic_pfc_pause_frames_total', receive)}[{r}]))"),
         Record(loss, f"sum without (kind) (rate({m('gpunet_nic_rdma_loss_events_total')}[{r}]))"),
+        Record(credit_wait, f"rate({m('gpunet_nic_transmit_wait_ticks_total')}[{r}])\n/ on ({nic}) (\n"
+                            f"  rate({m('gpunet_nic_transmit_bytes_total')}[{r}])\n"
+                            f"  + rate({m('gpunet_nic_receive_bytes_total')}[{r}])\n)",
+               "InfiniBand: ticks a port waited for credit per byte it moved (port_xmit_wait's tick is the\n"
+               "HCA's own, so the ratio is compared with the same port's history, never with a constant)."),
         Record(retransmits, f"rate({m('gpunet_tcp_retransmitted_segments_total')}[{r}]) / "
                             f"rate({m('gpunet_tcp_sent_segments_total')}[{r}])\n"
                             f"and rate({m('gpunet_tcp_sent_segments_total')}[{r}]) > 100"),
@@ -133,6 +139,15 @@ def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
               "warning", "Sustained ECN/CNP congestion on a fabric NIC.",
               "{{ $labels.instance }} NIC {{ $labels.device }} sees {{ $value | humanize }}/s ECN-marked packets or "
               f"CNPs ({r} average) for over 5 minutes: DCQCN is throttling its flows.", "5m"),
+        Alert("GpunetInfinibandCongestion",
+              f"{credit_wait}\n/ (quantile_over_time(0.2, {credit_wait}[1d:5m]) > 0)\n> 10",
+              "warning", "An InfiniBand port waits for credit far more than it usually does.",
+              "{{ $labels.instance }} NIC {{ $labels.device }} waited for credit {{ $value | humanize }} times as "
+              f"long per byte moved ({r} average) as in its quieter periods of the last day, for over 5 minutes: "
+              "the switches ahead of it are congested.", "5m",
+              "Relative on purpose: port_xmit_wait counts in the HCA's own tick, and a healthy port\n"
+              "waits briefly in every burst; ten times the port's own 20th percentile is congestion.\n"
+              "A port that never waited has no baseline and stays silent."),
         Alert("GpunetRdmaLossEvents", f"{loss} > 10", "critical", "RDMA packet loss on a lossless fabric.",
               "{{ $labels.instance }} NIC {{ $labels.device }} triggers {{ $value | humanize }} go-back-N loss "
               "events/s (out-of-sequence, NAK sequence errors, ACK timeouts) for over 5 minutes on a fabric that "

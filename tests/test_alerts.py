@@ -286,6 +286,7 @@ INCIDENT_ALERTS = [
     ("network_bandwidth_25g", "GpunetGpusIdleNetworkBound", 0, False),
     ("network_congestion", "GpunetNetworkCongestion", 0, False),
     ("network_congestion_no_ecn", "GpunetPfcReceivePressure", 0, False),
+    ("network_congestion_ib", "GpunetInfinibandCongestion", 0, False),
     ("real-loss", "GpunetTcpRetransmitRatio", 0, False),
 ]
 
