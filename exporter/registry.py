@@ -50,6 +50,8 @@ class Registry:
     def __init__(self, root_label: str = "/"):
         self._lock = threading.Lock()
         self._samples: dict[str, list[Sample]] = {}
+        # A fast collector's `refreshed_series` (exporter/samples.py), as of its last refresh.
+        self._refreshed: dict[str, list[Sample]] = {}
         self._status: dict[str, CollectorStatus] = {}
         self._ticks: dict[str, list[float]] = {}  # tick -> [interval, count, late]
         self._generation = 0
@@ -63,10 +65,15 @@ class Registry:
         self._open_connections = 0
 
     # --- written by the sampler ---------------------------------------------------------
-    def publish(self, collector: str, samples: list[Sample], duration: float, errors: int) -> None:
+    def publish(self, collector: str, samples: list[Sample], duration: float, errors: int,
+                refreshed: list[Sample] | None = None) -> None:
         """Store a collector's run: its samples replace the previous ones, so the series of
-        a source that failed are gone from the next scrape rather than frozen."""
+        a source that failed are gone from the next scrape rather than frozen. `refreshed`,
+        where not None, replaces the series it refreshes only once a slow interval; None
+        keeps those of its last refresh."""
         with self._lock:
+            if refreshed is not None:
+                self._refreshed[collector] = refreshed
             status = self._status.setdefault(collector, CollectorStatus())
             status.up = errors == 0
             status.duration = duration
@@ -104,7 +111,7 @@ class Registry:
     def published(self) -> dict[str, list[Sample]]:
         """The latest samples of each collector (inventory and link_load included), by its name."""
         with self._lock:
-            return {k: list(v) for k, v in self._samples.items()}
+            return {k: [*v, *self._refreshed.get(k, ())] for k, v in self._samples.items()}
 
     # --- read by the server -------------------------------------------------------------
     def render(self, openmetrics: bool, gzipped: bool = False) -> bytes:
@@ -122,7 +129,7 @@ class Registry:
 
     def families(self) -> list[Family]:
         with self._lock:
-            published = [s for samples in self._samples.values() for s in samples]
+            published = [s for samples in (*self._samples.values(), *self._refreshed.values()) for s in samples]
             status = {k: CollectorStatus(**vars(v)) for k, v in self._status.items()}
             ticks = {k: list(v) for k, v in self._ticks.items()}
             bad_requests = self._bad_requests

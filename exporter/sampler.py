@@ -2,7 +2,11 @@
 
 Fast tick (default 0.2 s): what the fast-tick correlation needs: wire bytes and pause
 frames, then the counters derived from them (link_load.py: saturated seconds, the node's
-network_state), then GPU activity, whose idle time is split by that state.
+network_state), then GPU activity, whose idle time is split by that state. Of what the fast
+collectors read, only the series that correlation needs are made and published at every
+fast tick (bytes, the saturated and state seconds, GPU busy and idle seconds); the rest
+(per-priority pause frames, GPU utilization, clock, throttled seconds, up) once a slow
+interval, at the first fast tick that interval, and served in between from that refresh.
 Slow tick (default 1 s): NIC discovery (published as "inventory") and everything else.
 
 Which collectors run, and at which tick, comes from exporter/collector_registry.py, where
@@ -81,6 +85,8 @@ class Sampler:
         self._threads: list[threading.Thread] = []
         self.last_fast_tick = time.monotonic()
         self.first_fast_tick_done = threading.Event()
+        self._last_refresh: float | None = None  # the time (ctx.now) of the last fast tick that refreshed all
+        self._refreshed_devices: frozenset[str] = frozenset()  # the NICs it saw
 
     def collector(self, name: str) -> Collector | None:
         """The running collector of that name (as run: wrapped when it refreshes), None when off."""
@@ -134,15 +140,27 @@ class Sampler:
 
         One hand-off to the tick's worker: the wire collector, link_load derived from its
         samples, then the other fast collectors, which see the network state link_load set."""
-        ctx = TickContext(time.monotonic() if now is None else now, self.nics)
+        now = time.monotonic() if now is None else now
+        # Half a fast interval of slack: a tick woken a little early still refreshes, so the
+        # refresh comes every slow interval rather than every slow interval plus a fast one.
+        # A NIC come or gone refreshes at once: a gone NIC's series go with it.
+        refresh_all = (self._last_refresh is None or now - self._last_refresh >= self.slow_interval - self.fast_interval / 2
+                       or self.nics.keys() != self._refreshed_devices)
+        if refresh_all:
+            self._last_refresh = now
+            self._refreshed_devices = frozenset(self.nics)
+        ctx = TickContext(now, self.nics, refresh_all=refresh_all)
         self.last_fast_tick = time.monotonic()
         calls: dict[str, Callable[[], object]] = {}
-        wire: dict[str, tuple[list[Sample], float, list[SourceError]]] = {}
+        wire: dict[str, tuple[tuple[list[Sample], float, list[SourceError], list[Sample] | None], dict]] = {}
         context = [ctx]
         for c in self.link_load_inputs:
-            calls[c.name] = lambda c=c: wire.setdefault(c.name, self._collect(c, ctx))
+            # The received pause frames per NIC, summed by the collector, come with its samples:
+            # on most ticks it makes no per-priority samples.
+            calls[c.name] = lambda c=c: wire.setdefault(
+                c.name, (self._collect(c, ctx), getattr(c, "received_pauses", None)))[0]
         if self.link_load_inputs:
-            calls[LINK_LOAD] = lambda: self._derive_link_load(context, [s for r in wire.values() for s in r[0]])
+            calls[LINK_LOAD] = lambda: self._derive_link_load(context, wire)
         for c in self.fast:
             calls[c.name] = lambda c=c: self._collect(c, context[0])
         # In order: link_load needs the wire's samples even after the wire hung once.
@@ -155,12 +173,16 @@ class Sampler:
             log.error("link_load failed: %r", derived)
         self.first_fast_tick_done.set()
 
-    def _derive_link_load(self, context: list[TickContext], wire: list[Sample]) -> tuple[list[Sample], float]:
-        """Saturated seconds and the node's network state from the wire's (monotonic) samples;
-        the collectors after it in the tick see that state through `context`."""
+    def _derive_link_load(self, context: list[TickContext], wire: dict) -> tuple[list[Sample], float]:
+        """Saturated seconds and the node's network state from the wire's (monotonic) samples
+        and received pause frames; the collectors after it in the tick see that state
+        through `context`."""
         started = time.perf_counter()
         ctx = context[0]
-        derived = self.link_load.update(ctx.now, ctx.nics, wire)
+        samples = [s for result, _ in wire.values() for s in result[0]]
+        summed = [pauses for _, pauses in wire.values() if pauses is not None]
+        received_pauses = {d: n for pauses in summed for d, n in pauses.items()} if summed else None
+        derived = self.link_load.update(ctx.now, ctx.nics, samples, received_pauses)
         context[0] = replace(ctx, network_state=self.link_load.network_state)
         return derived, time.perf_counter() - started
 
@@ -172,15 +194,21 @@ class Sampler:
             else:
                 # One wording while it stays hung, so that it is logged once (_report).
                 self._report(collector.name, [], 0.0, [SourceError(
-                    collector.name, f"hung: no answer within {timeout:g}s; its series are left out until it answers")])
+                    collector.name, f"hung: no answer within {timeout:g}s; its series are left out until it answers")],
+                    [])
 
-    def _collect(self, collector: Collector, ctx: TickContext) -> tuple[list[Sample], float, list[SourceError]]:
+    def _collect(self, collector: Collector, ctx: TickContext
+                 ) -> tuple[list[Sample], float, list[SourceError], list[Sample] | None]:
         """Run on the tick's worker: the collector's samples, made monotonic, its run time
-        (the collect alone) and its problems."""
+        (the collect alone), its problems, and apart its `refreshed_series` where this tick
+        refreshed them (None: the last refresh stands)."""
         started = time.perf_counter()
         errors: list[SourceError] = []
+        refreshed_series: frozenset[str] = getattr(collector, "refreshed_series", frozenset())
+        raised = True
         try:
             samples = collector.collect(ctx, errors)
+            raised = False
         except SourceError as e:
             errors.append(e)
             samples = []
@@ -189,17 +217,25 @@ class Sampler:
             errors.append(SourceError(collector.name, repr(e)))
             samples = []
         duration = time.perf_counter() - started
-        if getattr(collector, "monotonic", False):  # counters it computes itself, that never go back
-            return samples, duration, errors
-        # A collector runs on one worker at a time (a hung one is skipped until it returns),
-        # so its counters are never applied from two threads at once.
-        counters = self._counters.get(collector.name)
-        if counters is None:
-            counters = self._counters[collector.name] = MonotonicCounters()
-        return counters.apply(samples), duration, errors
+        if not getattr(collector, "monotonic", False):  # else counters it computes itself, that never go back
+            # A collector runs on one worker at a time (a hung one is skipped until it returns),
+            # so its counters are never applied from two threads at once.
+            counters = self._counters.get(collector.name)
+            if counters is None:
+                counters = self._counters[collector.name] = MonotonicCounters()
+            samples = counters.apply(samples)
+        if not refreshed_series:
+            return samples, duration, errors, None
+        if raised:  # the run was lost: its refreshed series go too, as they would have at a refresh
+            return samples, duration, errors, []
+        if not ctx.refresh_all:
+            return samples, duration, errors, None
+        every_tick = [s for s in samples if s.metric.name not in refreshed_series]
+        return every_tick, duration, errors, [s for s in samples if s.metric.name in refreshed_series]
 
-    def _report(self, name: str, samples: list[Sample], duration: float, errors: list[SourceError]) -> None:
-        self.registry.publish(name, samples, duration, len(errors))
+    def _report(self, name: str, samples: list[Sample], duration: float, errors: list[SourceError],
+                refreshed: list[Sample] | None = None) -> None:
+        self.registry.publish(name, samples, duration, len(errors), refreshed)
         # Log each distinct problem once (a malformed file would otherwise log every tick,
         # and two collectors reading one broken source would log it twice).
         for e in errors:

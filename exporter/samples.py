@@ -26,12 +26,21 @@ class TickContext:
     now: float  # monotonic clock, seconds
     nics: dict[str, Nic]
     network_state: str = "quiet"  # the node's, in this fast tick (set after the wire was read)
+    # False on the fast ticks in between those that refresh everything once a slow interval:
+    # a fast collector then returns only what the fast-tick correlation needs (its
+    # `refreshed_series` left out), and the scrape keeps serving the last refresh of those.
+    refresh_all: bool = True
 
 
 class Collector(Protocol):
     """A collector whose counters are sums it keeps itself, which never go backwards, may say
     so with a class attribute `monotonic = True`: the sampler then does not pass its samples
-    through exporter/counters.py."""
+    through exporter/counters.py.
+
+    A fast collector may name in a class attribute `refreshed_series` (a frozenset of metric
+    names) the series it returns only when `ctx.refresh_all`: those the fast-tick correlation
+    does not need. The sampler publishes them apart and serves them until the next refresh
+    (once a slow interval), so that the ticks in between make, check and publish fewer samples."""
 
     name: str
 

@@ -58,6 +58,11 @@ class DriverCounters:
         return tuple((labels, tuple(names)) for labels, names in aliases.items())
 
     @cached_property
+    def received_pause_aliases(self) -> tuple[tuple[str, ...], ...]:
+        """The names tried for each received pause frame counter (every priority, and global)."""
+        return tuple(names for (direction, _), names in self.pause_frame_aliases if direction == "receive")
+
+    @cached_property
     def slow_names(self) -> frozenset[str]:
         return flat_names(self.pause_duration, self.rx_discards, self.tx_discards, self.rx_errors,
                           self.symbol_errors, self.fec_corrected_bit_errors, self.fec_corrected_blocks,

@@ -5,6 +5,11 @@ throttled{reason} += tick while a throttle reason is active. The network_state i
 node's, for the same tick (link_load.py), so a 15 s scrape still tells idle-while-paused
 from idle-while-quiet. NVML calls run in per-GPU worker threads with a time limit: a GPU
 that hangs or is lost costs only its own series.
+
+Every fast tick reads and integrates every GPU, but makes only the busy and idle series, the
+split the fast-tick correlation is for, and up (a GPU lost shows at once, with its series
+gone); utilization, SM clock and throttled seconds are made at the fast tick that refreshes
+everything once a slow interval (exporter/sampler.py).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class GpuActivityCollector:
     # Its counters are sums of positive tick lengths that it keeps itself (never reset while
     # the exporter runs): the sampler need not make them monotonic.
     monotonic = True
+    refreshed_series = frozenset({GPU_UTILIZATION.name, GPU_SM_CLOCK.name, GPU_THROTTLED_SECONDS.name})
 
     def __init__(self, source: GpuSource, fast_interval: float = 0.2):
         self.source = source
@@ -55,6 +61,8 @@ class GpuActivityCollector:
         results = self.calls.run({g.index: (lambda i=g.index: self.source.backend.activity(i)) for g in identities},
                                  timeout=max(0.5 * self.fast_interval, 0.05))
         samples = []
+        refresh_all = ctx.refresh_all
+        idle, throttled = self.idle, self.throttled
         for ident in identities:
             gpu = str(ident.index)
             result = results.get(ident.index)
@@ -66,15 +74,15 @@ class GpuActivityCollector:
             self._integrate(gpu, result, ctx)
             labels = (gpu,)
             samples.append(Sample(GPU_UP, labels, 1.0))
-            samples.append(Sample(GPU_UTILIZATION, labels, result.utilization))
-            if result.sm_clock_hz is not None:
-                samples.append(Sample(GPU_SM_CLOCK, labels, result.sm_clock_hz))
             samples.append(Sample(GPU_BUSY_SECONDS, labels, self.busy[gpu]))
-            idle, throttled = self.idle, self.throttled
             for key in self._idle_keys[gpu]:  # (gpu, state): the series' labels and the dict's key
                 samples.append(Sample(GPU_IDLE_SECONDS, key, idle[key]))
-            for key in self._throttled_keys[gpu]:
-                samples.append(Sample(GPU_THROTTLED_SECONDS, key, throttled[key]))
+            if refresh_all:
+                samples.append(Sample(GPU_UTILIZATION, labels, result.utilization))
+                if result.sm_clock_hz is not None:
+                    samples.append(Sample(GPU_SM_CLOCK, labels, result.sm_clock_hz))
+                for key in self._throttled_keys[gpu]:
+                    samples.append(Sample(GPU_THROTTLED_SECONDS, key, throttled[key]))
         return samples
 
     def _integrate(self, gpu: str, reading: GpuActivity, ctx: TickContext) -> None:

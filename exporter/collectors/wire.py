@@ -7,7 +7,11 @@ Where a NIC's bytes come from, per port:
   otherwise   -> the netdev statistics.
 The choice is made once per NIC and kept: switching sources mid-run would make the
 counter jump. Pause frames are read here too, from the same driver read, because the
-node's network_state needs them at the fast tick.
+node's network_state needs them at the fast tick: what it needs, the frames each NIC
+received summed over priorities, is handed to link_load at every fast tick
+(`received_pauses`); the per-priority series are made only at the fast tick that refreshes
+everything once a slow interval (128 samples on 8 NICs, which a scrape every 15 s does not
+need five times a second).
 """
 
 from __future__ import annotations
@@ -22,18 +26,24 @@ from exporter.samples import Sample, TickContext
 from exporter.vendors import counters_for, pick
 from gpunet.contract import NIC_PFC_PAUSE_FRAMES, NIC_RECEIVE_BYTES, NIC_TRANSMIT_BYTES
 
+INF = float("inf")
 IB_DATA_UNIT = 4  # InfiniBand data counters count 4-octet words
 SATURATED_32 = 2**32 - 1  # 32-bit PortCounters stop here rather than wrap
 
 
 class WireCollector:
     name = "wire"
+    refreshed_series = frozenset({NIC_PFC_PAUSE_FRAMES.name})
 
     def __init__(self, root: Root):
         self.root = root
         self.netdev = NetdevReader(root)
         self.driver_stats = DriverStatsReader(root)
         self._source: dict[str, str] = {}  # device -> "ib_ext" | "ib" | "driver" | "netdev"
+        # device -> pause frames received, summed over priorities, as read by the latest
+        # collect (a new dict each time: link_load keeps the last one). Raw, not made
+        # monotonic: link_load asks only whether it grew since the last tick.
+        self.received_pauses: dict[str, float] = {}
 
     def close(self) -> None:
         self.netdev.close()
@@ -59,6 +69,7 @@ class WireCollector:
             del self._source[gone]
         samples: list[Sample] = []
         via_netdev: list[Nic] = []
+        self.received_pauses = received_pauses = {}
         for device, nic in ctx.nics.items():
             source = self._source.get(device)
             if source is None:
@@ -67,7 +78,7 @@ class WireCollector:
                 if source == "netdev":
                     via_netdev.append(nic)
                 elif source == "driver":
-                    self._from_driver(nic, samples, errors)
+                    self._from_driver(nic, samples, errors, received_pauses, ctx.refresh_all)
                 else:
                     self._from_ib(nic, source, samples, errors)
             except SourceError as e:
@@ -84,7 +95,8 @@ class WireCollector:
                     samples.append(Sample(NIC_TRANSMIT_BYTES, (nic.device,), link.stats["tx_bytes"]))
         return samples
 
-    def _from_driver(self, nic: Nic, samples: list[Sample], errors: list[SourceError]) -> None:
+    def _from_driver(self, nic: Nic, samples: list[Sample], errors: list[SourceError],
+                     received_pauses: dict[str, float], per_priority: bool) -> None:
         table = counters_for(nic.driver)
         stats = self.driver_stats.read(nic.netdev, errors, table.wire_names)
         rx, tx = pick(stats, table.wire_rx_bytes), pick(stats, table.wire_tx_bytes)
@@ -92,12 +104,25 @@ class WireCollector:
             samples.append(Sample(NIC_RECEIVE_BYTES, (nic.device,), rx))
         if tx is not None:
             samples.append(Sample(NIC_TRANSMIT_BYTES, (nic.device,), tx))
-        for (direction, priority), names in table.pause_frame_aliases:
-            for name in names:  # the first alias present wins
+        if per_priority:
+            for (direction, priority), names in table.pause_frame_aliases:
+                for name in names:  # the first alias present wins
+                    value = stats.get(name)
+                    if value is not None:
+                        samples.append(Sample(NIC_PFC_PAUSE_FRAMES, (nic.device, direction, priority), value))
+                        break
+        received = 0.0
+        found = False
+        for names in table.received_pause_aliases:
+            for name in names:
                 value = stats.get(name)
                 if value is not None:
-                    samples.append(Sample(NIC_PFC_PAUSE_FRAMES, (nic.device, direction, priority), value))
+                    if 0 <= value < INF:  # a driver's -1 or NaN is no reading
+                        received += value
+                        found = True
                     break
+        if found:
+            received_pauses[nic.device] = received
 
     def _from_ib(self, nic: Nic, source: str, samples: list[Sample], errors: list[SourceError]) -> None:
         assert nic.rdma is not None
