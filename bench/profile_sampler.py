@@ -177,12 +177,30 @@ def instrument(cats: Categories, sampler) -> None:
 
 
 # --- the passes ----------------------------------------------------------------------------
-def run_ticks(sampler, n_slow: int, fast_per_slow: int, cpu: dict | None = None,
+class Clock:
+    """The exporter's time, advanced one fast interval per fast tick: the ticks run back to
+    back, but see the times the running exporter's would (what refreshes once a slow
+    interval, or every --config-interval, does so as often per tick as there)."""
+
+    def __init__(self, fast_interval: float) -> None:
+        self.now = time.monotonic()
+        self.fast_interval = fast_interval
+
+    def ticks(self, fast_per_slow: int) -> list[tuple[str, float]]:
+        """One slow interval's ticks: the slow one, then the fast ones, with their times."""
+        out = [("slow", self.now)]
+        for _ in range(fast_per_slow):
+            out.append(("fast", self.now))
+            self.now += self.fast_interval
+        return out
+
+
+def run_ticks(sampler, clock: Clock, n_slow: int, fast_per_slow: int, cpu: dict | None = None,
               wall: dict | None = None) -> None:
     for _ in range(n_slow):
-        measure(sampler.slow_tick, "slow", cpu, wall)
-        for _ in range(fast_per_slow):
-            measure(sampler.fast_tick, "fast", cpu, wall)
+        for tick, now in clock.ticks(fast_per_slow):
+            measure(functools.partial(sampler.fast_tick if tick == "fast" else sampler.slow_tick, now),
+                    tick, cpu, wall)
 
 
 def measure(fn, tick: str, cpu: dict | None, wall: dict | None) -> None:
@@ -220,12 +238,11 @@ def main(argv: list[str] | None = None) -> int:
                                           "--slow-interval", str(args.slow_interval)])
     registry = Registry(root)
     sampler = make_sampler(cli_args, registry)
-    for _ in range(3):  # first reads, parses and thread starts, outside every pass
-        sampler.slow_tick()
-        sampler.fast_tick()
+    fast_per_slow = max(1, round(args.slow_interval / args.fast_interval))
+    clock = Clock(args.fast_interval)
+    run_ticks(sampler, clock, 3, fast_per_slow)  # first reads, parses and thread starts, outside every pass
     registry.render(openmetrics=True, gzipped=True)
 
-    fast_per_slow = max(1, round(args.slow_interval / args.fast_interval))
     n_slow = max(1, round(args.seconds / args.slow_interval))
     n_fast = n_slow * fast_per_slow
     exporter_seconds = n_slow * args.slow_interval
@@ -235,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     # 1. plain
     cpu: dict[str, dict[str, int]] = {"fast": defaultdict(int), "slow": defaultdict(int)}
     wall = {"fast": 0.0, "slow": 0.0}
-    run_ticks(sampler, n_slow, fast_per_slow, cpu, wall)
+    run_ticks(sampler, clock, n_slow, fast_per_slow, cpu, wall)
     print("\n1. plain: CPU per tick by thread (schedstat), ms")
     for tick, n in (("fast", n_fast), ("slow", n_slow)):
         threads = ", ".join(f"{name} {ns / 1e6 / n:.3f}" for name, ns in sorted(cpu[tick].items(), key=lambda x: -x[1])
@@ -252,10 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     calls: dict[str, dict[str, int]] = {"fast": defaultdict(int), "slow": defaultdict(int)}
     tick_wall = {"fast": 0.0, "slow": 0.0}
     for _ in range(n_slow):
-        for tick in ["slow"] + ["fast"] * fast_per_slow:
+        for tick, now in clock.ticks(fast_per_slow):
             cats.reset()
             t0 = time.perf_counter()
-            (sampler.fast_tick if tick == "fast" else sampler.slow_tick)()
+            (sampler.fast_tick if tick == "fast" else sampler.slow_tick)(now)
             tick_wall[tick] += time.perf_counter() - t0
             for k, v in cats.seconds.items():
                 per_tick[tick][k] += v
@@ -294,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         bounded._Lane.submit = submit
         main_prof = cProfile.Profile()
         main_prof.enable()
-        run_ticks(sampler, n_slow, fast_per_slow)
+        run_ticks(sampler, clock, n_slow, fast_per_slow)
         main_prof.disable()
         bounded._Lane.submit = original_submit
         out = io.StringIO()
@@ -309,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     n_render = 100
     gather = fmt = zipped = 0.0
     for _ in range(n_render):
-        run_ticks(sampler, 1, fast_per_slow)
+        run_ticks(sampler, clock, 1, fast_per_slow)
         t0 = time.perf_counter()
         families = registry.families()
         t1 = time.perf_counter()
