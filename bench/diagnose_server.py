@@ -62,8 +62,13 @@ def start_server(kind: str, folder: Path) -> tuple[Process, str]:
     proc = Process(command, folder.parent / f"{folder.name}.log")
     url = f"http://{listen}"
     ready = "/-/ready" if kind == "prometheus" else "/health"
+    def up() -> bool:
+        if not proc.alive():  # a folder another server holds, say: say why now, not after the timeout
+            raise RuntimeError(f"{kind} exited: {proc.log()[-1000:]}")
+        return http_get(url + ready)[0] == 200
+
     try:
-        wait_for(lambda: http_get(url + ready)[0] == 200, timeout=600, what=f"{kind} ready")
+        wait_for(up, timeout=600, what=f"{kind} ready")
     except TimeoutError:
         proc.stop()
         raise

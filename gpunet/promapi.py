@@ -12,6 +12,7 @@ import json
 import re
 import ssl
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -35,11 +36,12 @@ class PromLimitError(PromError):
 
 # How engines word a refusal over a query limit. Prometheus: "query processing would load
 # too many samples into memory" (--query.max-samples); VictoriaMetrics: "cannot select more
-# than -search.maxSamplesPerQuery=N samples", "-search.maxUniqueTimeseries",
+# than -search.maxSamplesPerQuery=N samples", "the number of matching timeseries exceeds
+# 300000 ... increase -search.max* flag values",
 # "-search.maxPointsPerTimeseries"; Thanos and Mimir: "exceeded the maximum number of
 # samples/series/chunks", "max-fetched-series-per-query".
-_LIMIT = re.compile(r"too many (samples|points|series|chunks)|search\.max\w+|max[-_](samples|fetched|series|chunks)"
-                    r"|exceed(s|ed)? the (maximum|limit)", re.IGNORECASE)
+_LIMIT = re.compile(r"too many (samples|points|series|chunks)|search\.max|max[-_](samples|fetched|series|chunks)"
+                    r"|exceed(s|ed)? (the (maximum|limit)|\d+)", re.IGNORECASE)
 
 
 def redact(url: str) -> str:
@@ -123,7 +125,8 @@ class PrometheusClient:
         self.bytes_decoded += len(body)
         return bytes(body)
 
-    async def _get(self, path: str, params: list[tuple[str, str]], method: str = "POST") -> object:
+    async def _get(self, path: str, params: list[tuple[str, str]], method: str = "POST",
+                   decode: Callable[[bytes], object] = json.loads) -> object:
         assert self._session is not None, "use 'async with PrometheusClient(...)'"
         url = self.url + path
         async with self._semaphore:
@@ -138,7 +141,7 @@ class PrometheusClient:
                         raise PromError(f"{self.url}: unauthorised (HTTP {resp.status}); check the token or "
                                         f"basic auth")
                     try:
-                        body = json.loads(raw) if raw else {}
+                        body = decode(raw) if raw else {}
                     except ValueError:
                         body = {}
                     if not isinstance(body, dict):
@@ -160,12 +163,14 @@ class PrometheusClient:
     async def query(self, expr: str, time: float) -> dict:
         return await self._get("/api/v1/query", [("query", expr), ("time", f"{time:.3f}")])  # type: ignore
 
-    async def query_range(self, expr: str, start: float, end: float, step: float) -> dict:
+    async def query_range(self, expr: str, start: float, end: float, step: float,
+                          decode: Callable[[bytes], object] = json.loads) -> dict:
+        """`decode`: the body's parser (a caller may read the points into arrays itself)."""
         # nocache=1: VictoriaMetrics otherwise moves start and end of a query of 50 points or
         # more to multiples of the step (for its result cache), and the points then miss the
         # windows asked for; other engines ignore it.
         return await self._get("/api/v1/query_range", [("query", expr), ("start", f"{start:.3f}"), ("end", f"{end:.3f}"),
-                                                        ("step", f"{step:g}"), ("nocache", "1")])  # type: ignore
+                                                        ("step", f"{step:g}"), ("nocache", "1")], decode=decode)  # type: ignore
 
     async def series(self, matches: list[str], start: float, end: float) -> list[dict]:
         params = [("match[]", m) for m in matches] + [("start", f"{start:.3f}"), ("end", f"{end:.3f}")]

@@ -12,6 +12,7 @@ raw series of the cluster pulled.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from diagnoser.model.columns import (
 from diagnoser.model.frame import FINE, Frame, assemble, choose_step, fine_table, window_edges
 from diagnoser.sources.promconfig import config_from_prometheus
 from gpunet import contract as c
-from gpunet.promapi import PromError, PrometheusClient, PromLimitError, where_data_is
+from gpunet.promapi import PRESENCE_METRIC, PromError, PrometheusClient, PromLimitError, where_data_is
 from gpunet.window import rfc3339
 
 NODE_GROUP = 200  # instances per query: keeps each answer a few MB on a 1000-node cluster
@@ -44,19 +45,44 @@ NIC_DRILL_DOWN = ("speed", "up", "pfc_", "rdma_loss", "carrier_changes", "tx_byt
 
 # Every increase() is kept only where its series existed a window earlier: at a series'
 # first window MetricsQL engines count the whole counter value as increase, Prometheus
-# extrapolates; neither is a rate. (`x and x offset w` works in both.)
+# extrapolates; neither is a rate. (`x and x offset w` works in both.) The guard is marked
+# $[...]$ in a template: an engine that does not count a first sample from zero (PromQL's:
+# Prometheus, Thanos, Mimir) goes without it, which is most of its cost at scale (matching
+# every raw series of the column in every window: 60% of Prometheus' CPU for a NIC column).
+_GUARD = re.compile(r"\$\[(.*?)\]\$")
 
 
 # The limit a refusal names, for the warning (the engines' messages run to 300 characters).
 # (Flags and phrases only: the message quotes the query, whose functions are named max_...)
 _LIMIT_NAMES = [re.compile(r) for r in (r"-search\.max\w+(=\d+)?", r"too many \w+", r"max-[a-z-]+",
-                                         r"exceed\w* the \w+ \w+ of \w+", r"over \d+ MiB")]  # the flag first
+                                         r"exceed\w* the \w+ \w+ of \w+",
+                                         r"[\w ]{0,40}exceeds \d+", r"over \d+ MiB")]  # the flag first
 
 
 def _limit_name(refusal: str) -> str:
     found = next((m for m in (pattern.search(refusal) for pattern in _LIMIT_NAMES) if m), None)
     return found.group(0) if found else refusal
 _PER_SERIES = re.compile(r"PointsPerTimeseries|SamplesPerSeries|too many points")  # fewer nodes will not help
+
+
+_SERIES = re.compile(rb'\{"metric":(\{[^{}]*\}),"values":\[(.*?)\]\}')
+
+
+def _matrix(body: bytes) -> object:
+    """A range query's answer with each series' points as an array of (time, value) rows,
+    read from the JSON text by one regular expression and numpy's float parser: at 1,024
+    nodes json.loads took 14 s of the diagnosis, building a list and two objects per point.
+    Any answer of another shape (an error, a label value with braces) goes to json.loads."""
+    if not body.startswith(b'{"status":"success"') or b'"resultType":"matrix"' not in body[:200]:
+        return json.loads(body)
+    result = []
+    for match in _SERIES.finditer(body):
+        numbers = match.group(2).translate(None, b'[]"')
+        points = np.array(numbers.split(b","), dtype=bytes).astype(float) if numbers else np.empty(0)
+        result.append({"metric": json.loads(match.group(1)), "values": points.reshape(-1, 2)})
+    if len(result) != body.count(b'{"metric":'):
+        return json.loads(body)
+    return {"status": "success", "data": {"resultType": "matrix", "result": result}}
 
 
 def _regex_escape(value: str) -> str:
@@ -68,7 +94,7 @@ def _regex_escape(value: str) -> str:
 def _increase(metric: str, selector: str = "$M") -> str:
     """A counter's increase over the window, kept only where the series existed a window
     earlier (see above)."""
-    return f"(increase({metric}{{{selector}}}[$S]) and {metric}{{{selector}}} offset $S)"
+    return f"(increase({metric}{{{selector}}}[$S])$[ and {metric}{{{selector}}} offset $S]$)"
 
 
 def _nic_expr(col: Column, labels: tuple[str, ...]) -> str:
@@ -88,6 +114,7 @@ class _Queries:
                  progress: Callable[[str], None]):
         self.client, self.start, self.end, self.instances, self.progress = client, start, end, instances, progress
         self.step, self.windows = 0.0, np.empty(0)  # set once the scrape interval is known
+        self.guard = True  # see _GUARD
         self.splits = 0  # queries refused over a server limit, halved and run again
         self._said: set[str] = set()
 
@@ -106,26 +133,28 @@ class _Queries:
         nodes, so the node groups' answers for one key are added up."""
         step = step or self.step
         windows = self.windows if windows is None else windows
-        index = {round(w + step, 3): i for i, w in enumerate(windows)}
         nodes = instances or self.instances
         groups: list[list[str] | None] = [None] if instances is None and len(nodes) <= NODE_GROUP else [
             nodes[i:i + NODE_GROUP] for i in range(0, len(nodes), NODE_GROUP)]
         jobs = [self._run(template, group, windows[k:k + WINDOWS_PER_QUERY], step)
                 for group in groups for k in range(0, len(windows), WINDOWS_PER_QUERY)]
         out: dict[tuple, np.ndarray] = {}
+        first = windows[0] + step
         for results in await asyncio.gather(*jobs):
             for result in results:
                 for series in result.get("result", []):
                     key = tuple(series["metric"].get(label, "") for label in labels)
                     row = out.setdefault(key, np.full(len(windows), np.nan))
-                    for t, value in series.get("values", []):
-                        # the server writes the times asked for with their 3 decimals: the same float
-                        i = index.get(t)
-                        if i is None:
-                            i = index.get(round(float(t), 3))
-                            if i is None:
-                                continue
-                        row[i] = float(value) + (row[i] if add and row[i] == row[i] else 0.0)  # NaN != NaN
+                    points = series.get("values", [])
+                    if not isinstance(points, np.ndarray):
+                        points = np.array(points, dtype=float).reshape(-1, 2)
+                    # Each point to its window: the windows are evenly spaced; a time the
+                    # server moved (not one asked for) is dropped.
+                    i = np.rint((points[:, 0] - first) / step).astype(int)
+                    inside = (i >= 0) & (i < len(windows))
+                    inside[inside] = np.abs(points[inside, 0] - (windows[i[inside]] + step)) < 0.0015
+                    i, values = i[inside], points[inside, 1]
+                    row[i] = np.where(np.isnan(row[i]), values, row[i] + values) if add else values
         return out
 
     async def _run(self, template: str, group: list[str] | None, windows: np.ndarray | None, step: float,
@@ -135,11 +164,12 @@ class _Queries:
         limit, its halves: by nodes while a group has two and the limit is not on points per
         series, else by time."""
         matcher = "" if group is None else 'instance=~"' + "|".join(_regex_escape(i) for i in group) + '"'
-        expr = template.replace("$M", matcher).replace("$S", f"{int(round(step))}s")
+        expr = _GUARD.sub(r"\1" if self.guard else "", template).replace("$M", matcher).replace("$S", f"{int(round(step))}s")
         try:
             if windows is None:
                 return [await self.client.query(expr, self.end)]
-            return [await self.client.query_range(expr, float(windows[0] + step), float(windows[-1] + step), step)]
+            return [await self.client.query_range(expr, float(windows[0] + step), float(windows[-1] + step), step,
+                                                  decode=_matrix)]
         except PromLimitError as refused:
             if group is None:
                 group = self.instances
@@ -191,6 +221,30 @@ async def _fabric_selector(q: _Queries) -> tuple[str, str]:
             f"the busiest NIC of each node ({', '.join(devices[:4])})")
 
 
+async def _counts_first_sample(client: PrometheusClient, end: float) -> bool:
+    """Whether the engine speaks MetricsQL (VictoriaMetrics), whose increase() counts a
+    series' first sample from zero: `default` is MetricsQL's alone, PromQL refuses it."""
+    try:
+        await client.query("1 default 2", end)
+    except PromLimitError:
+        return True
+    except PromError:
+        return False
+    return True
+
+
+async def _instances(client: PrometheusClient, start: float, end: float, progress: Callable[[str], None]) -> list[str]:
+    """The nodes: every instance of a gpunet series; where the server refuses to look through
+    every series (VictoriaMetrics: -search.maxUniqueTimeseries, 300,000 by default, some 500
+    nodes of 8 GPUs and 8 NICs), the instances of the series every exporter serves."""
+    try:
+        return sorted(await client.label_values("instance", ['{__name__=~"gpunet_.*"}'], start, end))
+    except PromLimitError as refused:
+        progress(f"warning: the server refused to list the nodes of every gpunet series over its limit "
+                 f"({_limit_name(str(refused))}): nodes listed from {PRESENCE_METRIC}")
+        return sorted(await client.label_values("instance", [PRESENCE_METRIC], start, end))
+
+
 async def _fabric_devices(q: _Queries, fabric: str) -> list[str] | None:
     """The fabric NICs' device names where they pick the fabric NICs of every node (a fleet
     built alike: the fabric is the same names everywhere, and no other NIC bears one of
@@ -209,11 +263,12 @@ async def _fabric_devices(q: _Queries, fabric: str) -> list[str] | None:
 
 async def frame_from_prometheus(client: PrometheusClient, start: float, end: float,
                                 progress: Callable[[str], None] = lambda m: None) -> Frame:
-    instances = sorted(await client.label_values("instance", ['{__name__=~"gpunet_.*"}'], start, end))
+    instances = await _instances(client, start, end, progress)
     if not instances:
         raise PromError(f"{client.url}: no gpunet series between {rfc3339(start)} and {rfc3339(end)}; "
                         f"{await where_data_is(client, time.time())}")
     q = _Queries(client, start, end, instances, progress)
+    q.guard = await _counts_first_sample(client, end)
     # The scrape interval: samples of one counter over the window, per instance.
     counts = await q.instant(f"count_over_time({c.TCP_SENT.name}{{$M}}[{int(end - start)}s])")
     per = [float(r["value"][1]) for r in counts if float(r["value"][1]) > 1]
@@ -341,7 +396,11 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
     frame.workloads, frame.node_fine, frame.nccl = workloads, node_fine, nccl
     frame.config, frame.partial = config, partial
     # Series that no node can be given (recording rules or remote writes that dropped it).
-    frame.without_instance = len(await client.series(['{__name__=~"gpunet_.+",instance=""}'], start, end))
+    try:
+        frame.without_instance = len(await client.series(['{__name__=~"gpunet_.+",instance=""}'], start, end))
+    except PromLimitError as refused:
+        progress(f"warning: the server refused to count the series without an instance over its limit "
+                 f"({_limit_name(str(refused))}): not counted")
     if has_gpus:
         frame.gpu_seconds = await _gpu_seconds(q)
     split = f", {q.splits} split to fit the server's limits" if q.splits else ""
