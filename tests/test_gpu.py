@@ -69,6 +69,28 @@ def test_idle_goes_to_paused_while_the_fabric_receives_pauses(node_copy):
     assert node.value("gpunet_node_network_state_seconds_total", network_state="paused") == pytest.approx(0.2)
 
 
+def test_series_the_correlation_does_not_need_refresh_once_a_slow_interval(node_copy):
+    """Bytes, busy and idle seconds at every fast tick; per-priority pause frames, utilization
+    and throttled seconds at one fast tick per slow interval (1 s here), served in between."""
+    root = gpu_copy(node_copy)
+    node = Node(root).tick(now=0.0)
+    pauses = ethtool(root, "ens1f0np0")["rx_prio3_pause"]
+    set_ethtool(root, "ens1f0np0", rx_prio3_pause=pauses + 500, rx_bytes_phy=ethtool(root, "ens1f0np0")["rx_bytes_phy"] + 10)
+    set_gpu(root, 0, utilization_gpu=10)
+    node.tick(slow=False, now=0.2)
+    assert node.value("gpunet_nic_pfc_pause_frames_total", device="ens1f0np0", direction="receive",
+                      priority="3") == pauses  # as of the refresh at 0.0
+    assert node.value("gpunet_node_network_state_seconds_total", network_state="paused") == pytest.approx(0.2)
+    assert node.value("gpunet_nic_receive_bytes_total", device="ens1f0np0") == \
+        ethtool(root, "ens1f0np0")["rx_bytes_phy"]
+    assert node.value("gpunet_gpu_utilization_ratio", gpu="0") != 0.1
+    assert node.value("gpunet_gpu_busy_seconds_total", gpu="0") == pytest.approx(0.2 * 0.1)
+    node.tick(slow=False, now=1.0)  # a slow interval after the last refresh
+    assert node.value("gpunet_nic_pfc_pause_frames_total", device="ens1f0np0", direction="receive",
+                      priority="3") == pauses + 500
+    assert node.value("gpunet_gpu_utilization_ratio", gpu="0") == 0.1
+
+
 def test_idle_goes_to_saturated_while_a_fabric_nic_runs_at_line_rate(node_copy):
     root = gpu_copy(node_copy)
     node = Node(root).tick(now=0.0)
