@@ -146,6 +146,7 @@ class _TraceReader:
         self.unknown = 0
         self.unknown_first = 0
         self.unknown_named: list[str] = []
+        self.stamps_seen: dict[bytes, np.ndarray] = {}
 
     # --- the pass -----------------------------------------------------------------------------
     def series(self) -> Iterator[RawSeries]:
@@ -226,7 +227,7 @@ class _TraceReader:
                 if series is not None:
                     yield series
                 self.key, self.key_line = key, first_line + a
-            v, t = values[a:b], stamps[a:b]
+            v, t = values[a:b].copy(), stamps[a:b]  # a copy: a view would keep the whole block alive
             if self.sparse_family and len(v) > 2:  # value changes only, and the last sample
                 keep = np.concatenate(([True], v[1:] != v[:-1]))
                 keep[-1] = True
@@ -338,7 +339,7 @@ class _TraceReader:
             self.notes("malformed series", f"{where}: {e}: {key[:120]!r}: its {count} samples skipped")
             return None
         if len(parts) == 1 and isinstance(parts[0], _Parsed) and parts[0].clean:  # nothing to repair
-            return RawSeries(name, labels, parts[0].stamps, parts[0].values, self.key_line)
+            return RawSeries(name, labels, self._shared(parts[0].stamps), parts[0].values, self.key_line)
         arrays = [(p.values, p.stamps) if isinstance(p, _Parsed) else self._numbers(p) for p in parts]
         v = np.concatenate([p[0] for p in arrays]) if len(arrays) > 1 else arrays[0][0]
         t = np.concatenate([p[1] for p in arrays]) if len(arrays) > 1 else arrays[0][1]
@@ -367,7 +368,16 @@ class _TraceReader:
                     what.append(f"{len(keep) - int(keep.sum())} duplicate timestamps dropped (the first kept)")
                     t, v = t[keep], v[keep]
                 self.notes("duplicate or out-of-order samples", f"{where}: {series}: {', '.join(what)}")
-        return RawSeries(name, labels, t, v, self.key_line)
+        return RawSeries(name, labels, self._shared(t), v, self.key_line)
+
+    def _shared(self, stamps: np.ndarray) -> np.ndarray:
+        """One array for equal timestamps: every series of a node is scraped at the same times,
+        so this halves what a trace holds in memory."""
+        key = stamps.tobytes()
+        shared = self.stamps_seen.get(key)
+        if shared is None:
+            shared = self.stamps_seen[key] = stamps.copy()  # not a view that keeps its whole block alive
+        return shared
 
     def _numbers(self, part: _Lines) -> tuple[np.ndarray, np.ndarray]:
         values, stamps, line = part.values, part.stamps, part.line
