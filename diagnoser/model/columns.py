@@ -136,7 +136,7 @@ def binned(t: np.ndarray, amounts: np.ndarray, edges: np.ndarray) -> np.ndarray:
     n = len(edges) - 1
     idx = np.searchsorted(edges, t, side="right") - 1
     ok = (idx >= 0) & (idx < n)
-    return np.bincount(idx[ok], weights=amounts[ok], minlength=n)[:n].astype(float)
+    return np.bincount(idx[ok], weights=amounts[ok], minlength=n)  # weights: float64, n long (idx < n)
 
 
 def gauge_stats(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

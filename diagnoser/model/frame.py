@@ -176,8 +176,11 @@ class FrameBuilder:
             target = column.name_for(labels)
             if target is None:
                 return
-            later, grown = counter_deltas(t, v) if column.how == INCREASE else (t, v)
-            values = binned(later, grown, e) if column.how == INCREASE else reduce(column, t, v, e)
+            if column.how == INCREASE:  # its deltas serve the fine and whole-range grids below too
+                later, grown = counter_deltas(t, v)
+                values = binned(later, grown, e)
+            else:
+                values = reduce(column, t, v, e)
             if column.table == "nic":
                 key = (instance, labels.get("device", ""))
                 if column.how == "increase":

@@ -201,17 +201,17 @@ class _TraceReader:
 
     def _samples(self, body: _Body, a: int, b: int) -> Iterator[RawSeries]:
         """Lines a..b-1 of the body, all sample lines (no comment, no blank line)."""
-        lo, hi = int(body.starts[a]), int(body.ends[b - 1]) + 1
-        block = body.data[lo:hi]
+        if not self.skip_family:
+            prepared = body.prepared[a] if a in body.prepared else _prepare(body, a, b)
+            if prepared is not None:
+                block = prepared.block
+                yield from self._runs(block, _runs_of(block, prepared), prepared.values, prepared.stamps)
+                return
+        block = body.data[int(body.starts[a]):int(body.ends[b - 1]) + 1]
         if self.skip_family and block.startswith(self.family_b) and \
                 block.count(b"\n" + self.family_b, 0, len(block) - 1) == b - a - 1:
             self.lineno += b - a  # a family the diagnoser does not read, whole
             return
-        if not self.skip_family:
-            prepared = body.prepared[a] if a in body.prepared else _prepare(body, a, b)
-            if prepared is not None:
-                yield from self._runs(block, _runs_of(block, prepared), prepared.values, prepared.stamps)
-                return
         for line in block[:-1].split(b"\n"):
             yield from self._line(line)
 
@@ -243,10 +243,9 @@ class _TraceReader:
             return
         if line[0] == 35:  # '#'
             if line.startswith(b"# TYPE "):
-                fields = line.split(b" ", 3)
-                self.family_b = fields[2] if len(fields) > 2 else b""
+                self.family_b = _family_of(line)
                 family = self.family_b.decode("utf-8", "replace")
-                self.skip_family = not (self.wanted(family) or self.wanted(family + "_total"))
+                self.skip_family = not self._reads(self.family_b)
                 self.sparse_family = not self.skip_family and self.sparse(family)
                 if self.skip_family and not family.startswith("gpunet_"):
                     self._outside_contract(lineno, family)
@@ -408,6 +407,7 @@ class _Body:
 class _Prepared:
     """A block of sample lines whose every line is `key value timestamp`, with exactly two
     spaces, and both numbers parse."""
+    block: bytes  # the lines themselves
     values: np.ndarray
     stamps: np.ndarray
     starts: np.ndarray  # per line, offsets in the block
@@ -432,8 +432,9 @@ def _prepare(body: _Body, a: int, b: int) -> _Prepared | None:
     length = first - starts
     if length.min() < 1 or (second - first).min() < 2 or (ends - second).min() < 2:
         return None  # an empty field
+    block = body.data[lo:hi]
     try:
-        numbers = pd.read_csv(io.BytesIO(body.data[lo:hi]), sep=" ", header=None, usecols=[1, 2], dtype=np.float64,
+        numbers = pd.read_csv(io.BytesIO(block), sep=" ", header=None, usecols=[1, 2], dtype=np.float64,
                               engine="c", quoting=csv.QUOTE_NONE, keep_default_na=False, na_values=["NaN"],
                               skip_blank_lines=False, encoding_errors="replace").to_numpy()
     except (ValueError, pd.errors.ParserError):
@@ -448,7 +449,7 @@ def _prepare(body: _Body, a: int, b: int) -> _Prepared | None:
     changed = np.flatnonzero((length[1:] != length[:-1]) | (text[first[1:] - 2] != text[first[:-1] - 2])
                              | (text[first[1:] - 3] != text[first[:-1] - 3])
                              | (text[starts[1:] + length[1:] // 2] != text[starts[:-1] + length[:-1] // 2])) + 1
-    return _Prepared(values, stamps, starts, first, ends, changed, np.concatenate(([0], odd)), unordered)
+    return _Prepared(block, values, stamps, starts, first, ends, changed, np.concatenate(([0], odd)), unordered)
 
 
 def _runs_of(block: bytes, p: _Prepared) -> list[tuple[int, int, int, int, bool]]:
@@ -493,10 +494,15 @@ def _lay_out(data: bytes, reads: Callable[[bytes], bool], family: bytes | None) 
         if k > at and (family is None or reads(family)):
             body.prepared[at] = _prepare(body, at, k)
         if k < len(ends) and data.startswith(b"# TYPE ", int(starts[k])):
-            fields = data[starts[k]:ends[k]].split(b" ", 3)
-            family = fields[2] if len(fields) > 2 else b""
+            family = _family_of(data[starts[k]:ends[k]])
         at = k + 1
     return body, family
+
+
+def _family_of(type_line: bytes) -> bytes:
+    """The family a `# TYPE family type` line declares."""
+    fields = type_line.split(b" ", 3)
+    return fields[2] if len(fields) > 2 else b""
 
 
 def _bodies(path: Path, reads: Callable[[bytes], bool]) -> Iterator[_Body | bytes]:
