@@ -104,8 +104,6 @@ class PrometheusClient:
     async def _read(self, resp: aiohttp.ClientResponse, path: str) -> bytes:
         """The body, decoded from gzip where it was sent so, refused past MAX_RESPONSE_BYTES
         (a server streaming without end must not take the diagnoser's memory with it)."""
-        too_big = PromLimitError(f"{self.url}{path}: an answer of over {MAX_RESPONSE_BYTES >> 20} MiB: refused "
-                                 "(a query too large, or a server that never ends its body?)")
         gzipped = resp.headers.get("Content-Encoding", "").lower() == "gzip"
         if not gzipped and (resp.content_length or 0) > MAX_RESPONSE_BYTES:
             raise PromLimitError(f"{self.url}{path}: an answer of {resp.content_length} bytes, over the "
@@ -116,7 +114,8 @@ class PrometheusClient:
             self.bytes_received += len(chunk)
             body += inflate.decompress(chunk, MAX_RESPONSE_BYTES + 1 - len(body)) if inflate else chunk
             if len(body) > MAX_RESPONSE_BYTES:
-                raise too_big
+                raise PromLimitError(f"{self.url}{path}: an answer of over {MAX_RESPONSE_BYTES >> 20} MiB: refused "
+                                     "(a query too large, or a server that never ends its body?)")
         if inflate:
             try:
                 body += inflate.flush()

@@ -62,9 +62,9 @@ _LIMIT_NAMES = [re.compile(r) for r in (r"-search\.max\w+(=\d+)?", r"too many \w
 def _limit_name(refusal: str) -> str:
     found = next((m for m in (pattern.search(refusal) for pattern in _LIMIT_NAMES) if m), None)
     return found.group(0).strip() if found else refusal
+
+
 _PER_SERIES = re.compile(r"PointsPerTimeseries|SamplesPerSeries|too many points")  # fewer nodes will not help
-
-
 _SERIES = re.compile(rb'\{"metric":(\{[^{}]*\}),"values":\[(.*?)\]\}')
 
 
