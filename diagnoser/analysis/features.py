@@ -63,10 +63,11 @@ def compute(frame: Frame) -> Features:
         f["cnp_rate"] = (n["cnp_sent"].fillna(0) + n["cnp_received"].fillna(0)) / step
         # Congestion marks per gigabyte moved: a busy healthy fabric marks some packets;
         # congestion marks many more for the same traffic.
-        f["ecn_per_gb"] = (n["ecn"].fillna(0) + n["cnp_sent"].fillna(0)) / ((n["tx_bytes"] + n["rx_bytes"]) / 1e9)
+        gb_moved = (n["tx_bytes"] + n["rx_bytes"]) / 1e9
+        f["ecn_per_gb"] = (n["ecn"].fillna(0) + n["cnp_sent"].fillna(0)) / gb_moved
         # InfiniBand's back-pressure: ticks a port waited for credit, per gigabyte moved. The
         # tick is the HCA's own, so only its rise against the same job's baseline means anything.
-        f["xmit_wait_per_gb"] = n["xmit_wait"] / ((n["tx_bytes"] + n["rx_bytes"]) / 1e9)
+        f["xmit_wait_per_gb"] = n["xmit_wait"] / gb_moved
         f["loss_rate"] = n["rdma_loss"] / step
         f["rx_error_rate"] = n["rx_errors"] / step
         f["retrans_ratio"] = n["tcp_retrans"] / n["tcp_sent"].where(n["tcp_sent"] > 0)

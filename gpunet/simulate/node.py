@@ -154,7 +154,8 @@ class NodeModel:
         cnp_recv = poisson_cum(f.cnp_per_mark * (seg_cum(st["ecn_frac"][:, nxt, :] / pkt, tk.cum_bytes)
                                                  + seg_cum(st["ecn_burst"][:, nxt, :], tk.cum_bursts)))
         # InfiniBand: ticks in which a port had data but no credit from its peer
-        xmit_wait = poisson_cum(seg_cum(st["xmit_wait"][:, i, :] / f.xmit_wait_tick, tk.cum_active))
+        xmit_wait = poisson_cum(seg_cum(st["xmit_wait"][:, i, :] / f.xmit_wait_tick, tk.cum_active)) \
+            if f.infiniband else np.zeros((k_rails, n))
         loss = st["loss"]
         fab = st["loss_fabric"][:, None]
         p_in = loss[:, i, :] + loss[:, (i - 1) % n_nodes, :] + fab  # packets into i: i-1's uplink, i's downlink
