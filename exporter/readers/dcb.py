@@ -2,7 +2,7 @@
 trusts to put a received packet in a priority (the PCP of its VLAN tag, or its DSCP).
 
 Live, one dcbnl request answers both: ``RTM_GETDCB`` with ``DCB_CMD_IEEE_GET`` on a
-NETLINK_ROUTE socket (what iproute2's ``dcb`` sends; pyroute2 has no dcbnl messages). The
+NETLINK_ROUTE socket (what iproute2's ``dcb`` sends). The
 answer nests, under ``DCB_ATTR_IEEE``: ``DCB_ATTR_IEEE_PFC`` (struct ieee_pfc, whose second
 byte ``pfc_en`` is the bitmap of priorities with PFC), ``DCB_ATTR_IEEE_APP_TABLE`` (struct
 dcb_app entries: selector, priority, protocol) and, from Linux 6.1 on drivers that have
@@ -32,11 +32,10 @@ import socket
 import struct
 from dataclasses import dataclass
 
+from exporter.readers.netlink import NLM_F_REQUEST, NLMSG_ERROR, attrs, error_code, message
 from exporter.root import Root, SourceError
 
 RTM_GETDCB = 78
-NLMSG_ERROR = 2
-NLM_F_REQUEST = 1
 DCB_CMD_IEEE_GET = 21
 DCB_ATTR_IFNAME = 1
 DCB_ATTR_IEEE = 13
@@ -106,22 +105,11 @@ def _is_dscp_pair(pair: object) -> bool:
 
 # --- dcbnl -------------------------------------------------------------------------------
 
-def _attrs(data: bytes) -> list[tuple[int, bytes]]:
-    out, offset = [], 0
-    while offset + 4 <= len(data):
-        length, type_ = struct.unpack_from("=HH", data, offset)
-        if length < 4:
-            break
-        out.append((type_ & 0x3FFF, data[offset + 4:offset + length]))  # strip NLA_F_NESTED / BYTEORDER
-        offset += (length + 3) & ~3
-    return out
-
-
 def _read_netlink(device: str) -> DcbSettings | None:
     name = device.encode() + b"\0"
     attr = struct.pack("=HH", 4 + len(name), DCB_ATTR_IFNAME) + name + b"\0" * (-len(name) % 4)
     body = struct.pack("=BBH", socket.AF_UNSPEC, DCB_CMD_IEEE_GET, 0) + attr
-    request = struct.pack("=IHHII", 16 + len(body), RTM_GETDCB, NLM_F_REQUEST, 1, 0) + body
+    request = message(RTM_GETDCB, NLM_F_REQUEST, 1, body)
     where = f"dcbnl {device}"
     try:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
@@ -134,22 +122,22 @@ def _read_netlink(device: str) -> DcbSettings | None:
         raise SourceError(where, f"short reply ({len(reply)} bytes)")
     _, msg_type = struct.unpack_from("=IH", reply)
     if msg_type == NLMSG_ERROR:
-        code = -struct.unpack_from("=i", reply, 16)[0]
+        code = error_code(reply[16:])  # the reply holds 20 bytes or more
         if code == errno.EOPNOTSUPP:
             return None  # no DCB operations on this device
         if code == errno.ENODEV:
             raise SourceError(where, "network device vanished")
         raise SourceError(where, os.strerror(code))
-    ieee = next((v for t, v in _attrs(reply[20:]) if t == DCB_ATTR_IEEE), None)
+    ieee = next((v for t, v in attrs(reply[20:]) if t == DCB_ATTR_IEEE), None)
     if ieee is None:
         return None
     pfc_enabled, dscp_prio, app_trust = None, (), None
-    for type_, value in _attrs(ieee):
+    for type_, value in attrs(ieee):
         if type_ == DCB_ATTR_IEEE_PFC and len(value) >= 2:
             pfc_enabled = tuple(bool(value[1] >> p & 1) for p in range(PRIORITIES))
         elif type_ == DCB_ATTR_IEEE_APP_TABLE:
-            apps = [struct.unpack_from("=BBH", v) for _, v in _attrs(value) if len(v) >= 4]
+            apps = [struct.unpack_from("=BBH", v) for _, v in attrs(value) if len(v) >= 4]
             dscp_prio = tuple((protocol, prio) for selector, prio, protocol in apps if selector == SEL_DSCP)
         elif type_ == DCB_ATTR_DCB_APP_TRUST_TABLE:
-            app_trust = [v[0] for _, v in _attrs(value) if v]
+            app_trust = [v[0] for _, v in attrs(value) if v]
     return DcbSettings(pfc_enabled, trust_of(app_trust, bool(dscp_prio)), dscp_prio)

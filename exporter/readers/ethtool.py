@@ -1,6 +1,6 @@
 """Driver statistics: the set that ``ethtool -S <dev>`` prints.
 
-Live, they come from the ``SIOCETHTOOL`` ioctl (``ETHTOOL_GSTATS``) through pyroute2; the
+Live, they come from the ``SIOCETHTOOL`` ioctl (``ETHTOOL_GSTATS``) on a plain socket; the
 names (``ETHTOOL_GSTRINGS``) are fetched once per device and again whenever the driver's
 count changes (channels added, driver reloaded). Under a fixture root they are parsed from
 ``ethtool/<dev>.txt``, the text ``ethtool -S`` prints; the parse is reused while the file
@@ -9,9 +9,22 @@ is unchanged.
 
 from __future__ import annotations
 
+import array
+import errno
+import socket
+import struct
+
+from exporter.readers.netlink import ethtool_ioctl, ethtool_socket, ioctl_problem
 from exporter.root import Root, SourceError
 
 ETH_SS_STATS = 1
+ETHTOOL_GSTRINGS = 0x1B
+ETHTOOL_GSTATS = 0x1D
+ETHTOOL_GSSET_INFO = 0x37
+ETH_GSTRING_LEN = 32
+SSET_INFO = struct.Struct("=IIQI")  # struct ethtool_sset_info with one data[] entry: cmd, reserved, mask, count
+GSTRINGS_HEAD = struct.Struct("=III")  # struct ethtool_gstrings: cmd, string_set, len; then the names
+GSTATS_HEAD = struct.Struct("=II")  # struct ethtool_stats: cmd, n_stats; then n_stats u64 values
 
 
 def parse_ethtool_stats(text: str, where: str) -> tuple[dict[str, int], list[SourceError]]:
@@ -41,14 +54,16 @@ class DriverStatsReader:
 
     def __init__(self, root: Root):
         self.root = root
+        self._sock: socket.socket | None = None  # live: the socket the ioctls go through
         self._ioctl: dict[str, _IoctlState] = {}  # live: device -> its ioctl state
         # Fixture: (device, wanted) -> (the file's stat key, those counters, the parse's problems).
         self._parsed: dict[tuple[str, frozenset[str] | None],
                            tuple[tuple[int, int], dict[str, int], list[SourceError]]] = {}
 
     def close(self) -> None:
-        for state in self._ioctl.values():
-            state.handle.close()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
         self._ioctl.clear()
 
     def available(self, device: str) -> bool:
@@ -80,50 +95,74 @@ class DriverStatsReader:
         return cached[1]
 
     def _read_ioctl(self, device: str, wanted: frozenset[str] | None) -> dict[str, int]:
-        import ctypes
-
-        from pyroute2.ethtool.ioctl import ETHTOOL_GSTATS, IoctlEthtool, generate_EthtoolGStats
-
-        state = self._ioctl.get(device)
+        where = f"ethtool -S {device}"
         try:
+            if self._sock is None:
+                self._sock = ethtool_socket()
+            sock = self._sock
+            state = self._ioctl.get(device)
             if state is None:
-                state = self._ioctl[device] = _IoctlState(IoctlEthtool(device))
-            handle = state.handle
+                state = self._ioctl[device] = _IoctlState()
             # The kernel writes as many values as the driver has *now* into our buffer, so
             # the names (and the buffer) must follow that count, or it would overflow.
-            count = handle.get_stringset_length(ETH_SS_STATS)
+            count = _stats_count(sock, device)
             if state.count != count:
                 state.count = count
-                state.buffer = generate_EthtoolGStats(count)(cmd=ETHTOOL_GSTATS)
+                state.buffer = array.array("Q", bytes(GSTATS_HEAD.size + 8 * count))  # the head is one u64
                 state.picks.clear()
             if not count:
                 return {}
             # The 2,000 names are fetched only to find the wanted ones' places, then let go.
-            names = handle.get_stringset(set_id=ETH_SS_STATS) if wanted is None or wanted not in state.picks else None
-            handle.ifreq.gstats = ctypes.cast(ctypes.byref(state.buffer), ctypes.POINTER(None))
-            handle.ioctl()
-            data = state.buffer.data
-            if wanted is None:
-                return dict(zip(names, data))
-            picks = state.picks.get(wanted)
-            if picks is None:
-                index = {name: i for i, name in enumerate(names)}
-                picks = state.picks[wanted] = [(n, index[n]) for n in wanted if n in index]
-            return {name: data[i] for name, i in picks}
-        except Exception as e:  # noqa: BLE001 - ENODEV, EOPNOTSUPP, EPERM...
-            state = self._ioctl.pop(device, None)
-            if state is not None:
-                state.handle.close()
-            raise SourceError(f"ethtool -S {device}", str(e) or type(e).__name__) from e
+            names = _stat_names(sock, device, count) if wanted is None or wanted not in state.picks else None
+            data = state.buffer
+            GSTATS_HEAD.pack_into(data, 0, ETHTOOL_GSTATS, count)
+            ethtool_ioctl(sock, device, data)
+        except OSError as e:  # ENODEV, EOPNOTSUPP, EPERM...
+            self._ioctl.pop(device, None)
+            raise SourceError(where, ioctl_problem(e)) from e
+        if GSTATS_HEAD.unpack_from(data)[1] != count or names is not None and len(names) != count:
+            state.count = None  # names and buffer are fetched again next time
+            raise SourceError(where, "the driver's number of counters changed during the read")
+        if wanted is None:
+            assert names is not None
+            return dict(zip(names, data[1:]))
+        picks = state.picks.get(wanted)
+        if picks is None:
+            assert names is not None
+            index = {name: i for i, name in enumerate(names)}
+            picks = state.picks[wanted] = [(n, index[n] + 1) for n in wanted if n in index]  # +1: the head
+        return {name: data[i] for name, i in picks}
+
+
+def _stats_count(sock: socket.socket, device: str) -> int:
+    """How many counters the driver has now (ETHTOOL_GSSET_INFO); 0 when it has none."""
+    info = array.array("B", bytes(SSET_INFO.size))
+    SSET_INFO.pack_into(info, 0, ETHTOOL_GSSET_INFO, 0, 1 << ETH_SS_STATS, 0)
+    ethtool_ioctl(sock, device, info)
+    _, _, mask, count = SSET_INFO.unpack_from(info)
+    return count if mask & (1 << ETH_SS_STATS) else 0
+
+
+def _stat_names(sock: socket.socket, device: str, count: int) -> list[str]:
+    """The driver's counter names (ETHTOOL_GSTRINGS), `count` of them or what the driver has
+    now if that differs."""
+    buffer = array.array("B", bytes(GSTRINGS_HEAD.size + ETH_GSTRING_LEN * count))
+    GSTRINGS_HEAD.pack_into(buffer, 0, ETHTOOL_GSTRINGS, ETH_SS_STATS, count)
+    ethtool_ioctl(sock, device, buffer)
+    got = min(GSTRINGS_HEAD.unpack_from(buffer)[2], count)
+    raw = buffer.tobytes()
+    start = GSTRINGS_HEAD.size
+    return [raw[start + i * ETH_GSTRING_LEN:start + (i + 1) * ETH_GSTRING_LEN].split(b"\0", 1)[0].decode("latin-1")
+            for i in range(got)]
 
 
 class _IoctlState:
-    """A device's ethtool socket, its counter count, the value buffer and name->index picks."""
+    """A device's counter count, the value buffer (a u64 head, then the values) and
+    name->index picks."""
 
-    def __init__(self, handle):
-        self.handle = handle
+    def __init__(self) -> None:
         self.count: int | None = None
-        self.buffer = None
+        self.buffer = array.array("Q")
         self.picks: dict[frozenset[str], list[tuple[str, int]]] = {}
 
 
@@ -157,25 +196,12 @@ def read_pause(root: Root, device: str) -> tuple[bool, bool] | None:
 
 
 def _pause_ioctl(device: str) -> tuple[bool, bool] | None:
-    import ctypes
-
-    from pyroute2.ethtool.ioctl import IoctlEthtool, NoSuchDevice, NotSupportedError
-
-    class PauseParam(ctypes.Structure):  # struct ethtool_pauseparam
-        _fields_ = [("cmd", ctypes.c_uint32), ("autoneg", ctypes.c_uint32), ("rx_pause", ctypes.c_uint32),
-                    ("tx_pause", ctypes.c_uint32)]
-
-    param = PauseParam(cmd=ETHTOOL_GPAUSEPARAM)
-    handle = IoctlEthtool(device)
+    param = array.array("I", [ETHTOOL_GPAUSEPARAM, 0, 0, 0])  # struct ethtool_pauseparam: cmd, autoneg, rx, tx
     try:
-        handle.ifreq.gstats = ctypes.cast(ctypes.byref(param), ctypes.POINTER(None))
-        handle.ioctl()
-    except NotSupportedError:
-        return None
-    except NoSuchDevice:
-        raise SourceError(f"ethtool -a {device}", "network device vanished") from None
+        with ethtool_socket() as sock:
+            ethtool_ioctl(sock, device, param)
     except OSError as e:
-        raise SourceError(f"ethtool -a {device}", e.strerror or str(e)) from e
-    finally:
-        handle.close()
-    return bool(param.rx_pause), bool(param.tx_pause)
+        if e.errno == errno.EOPNOTSUPP:
+            return None
+        raise SourceError(f"ethtool -a {device}", ioctl_problem(e)) from e
+    return bool(param[2]), bool(param[3])

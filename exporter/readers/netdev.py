@@ -1,15 +1,20 @@
 """Network devices: their kernel statistics and link state.
 
 On a live node (root ``/``) the statistics come from netlink (``RTM_GETLINK`` with 64-bit
-``IFLA_STATS64``, one dump for all links) through pyroute2; under a fixture root they come
-from ``sys/class/net/<dev>/statistics/``, which holds the same values under the same names.
+``IFLA_STATS64``, one dump for all links, on a NETLINK_ROUTE socket kept between reads);
+under a fixture root they come from ``sys/class/net/<dev>/statistics/``, which holds the
+same values under the same names.
 Static attributes (speed, driver, PCI device) are always read from sysfs under the root.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import struct
 from dataclasses import dataclass, field
 
+from exporter.readers.netlink import NetlinkError, attrs, dump
 from exporter.root import Root, SourceError
 
 NET = "sys/class/net"
@@ -18,6 +23,20 @@ NET = "sys/class/net"
 STAT_NAMES = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_errors", "tx_errors",
               "rx_dropped", "tx_dropped")
 ARPHRD_INFINIBAND = 32
+
+RTM_GETLINK = 18
+IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
+IFLA_IFNAME, IFLA_MTU, IFLA_OPERSTATE, IFLA_STATS64, IFLA_CARRIER, IFLA_CARRIER_CHANGES = 3, 4, 16, 23, 33, 35
+# IF_OPER_* by value, as /sys/class/net/<dev>/operstate spells them.
+OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
+# struct rtnl_link_stats64, in the kernel's order (newer kernels append fields).
+STATS64_FIELDS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_errors", "tx_errors", "rx_dropped",
+                  "tx_dropped", "multicast", "collisions", "rx_length_errors", "rx_over_errors", "rx_crc_errors",
+                  "rx_frame_errors", "rx_fifo_errors", "rx_missed_errors", "tx_aborted_errors",
+                  "tx_carrier_errors", "tx_fifo_errors", "tx_heartbeat_errors", "tx_window_errors",
+                  "rx_compressed", "tx_compressed", "rx_nohandler", "rx_otherhost_dropped")
+STAT_INDEX = tuple((name, STATS64_FIELDS.index(name)) for name in STAT_NAMES)
+NETLINK_TIMEOUT = 2.0
 
 
 @dataclass
@@ -44,7 +63,8 @@ class NetdevReader:
 
     def __init__(self, root: Root):
         self.root = root
-        self._ipr = None
+        self._ipr: socket.socket | None = None  # NETLINK_ROUTE, kept between reads
+        self._seq = 0
 
     def close(self) -> None:
         if self._ipr is not None:
@@ -87,33 +107,48 @@ class NetdevReader:
         return st
 
     def _links_netlink(self, names: list[str], errors: list[SourceError]) -> dict[str, LinkState]:
-        from pyroute2 import IPRoute  # imported here: fixture roots never need netlink
-
         wanted = set(names)
         try:
             if self._ipr is None:
-                self._ipr = IPRoute()
-            msgs = self._ipr.get_links()
-        except Exception as e:  # noqa: BLE001 - netlink errors come in many types
-            self.close()
-            errors.append(SourceError("netlink RTM_GETLINK", str(e)))
+                self._ipr = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+                self._ipr.settimeout(NETLINK_TIMEOUT)
+            self._seq = (self._seq + 1) & 0xFFFFFFFF
+            msgs = dump(self._ipr, RTM_GETLINK, IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0), self._seq)
+        except (OSError, NetlinkError) as e:
+            self.close()  # a reply could still come: a new socket never reads it
+            what = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            errors.append(SourceError("netlink RTM_GETLINK", what or type(e).__name__))
             return {}
         out = {}
         for msg in msgs:
-            name = msg.get_attr("IFLA_IFNAME")
-            if name not in wanted:
-                continue
-            st = LinkState(name)
-            st.operstate = str(msg.get_attr("IFLA_OPERSTATE") or "unknown").lower()
-            st.carrier = msg.get_attr("IFLA_CARRIER")
-            st.carrier_changes = msg.get_attr("IFLA_CARRIER_CHANGES")
-            st.mtu = msg.get_attr("IFLA_MTU")
-            stats64 = msg.get_attr("IFLA_STATS64") or {}
-            st.stats = {k: int(stats64[k]) for k in STAT_NAMES if k in stats64}
-            out[name] = st
+            st = _link_state(msg, wanted)
+            if st is not None:
+                out[st.name] = st
         for gone in wanted - out.keys():
             errors.append(SourceError(f"netlink link {gone}", "network device vanished"))
         return out
+
+
+def _link_state(msg: memoryview, wanted: set[str]) -> LinkState | None:
+    """The state in one RTM_NEWLINK message, None when it is not a wanted link's."""
+    found = dict(attrs(msg[IFINFOMSG.size:]))
+    name = os.fsdecode(found.get(IFLA_IFNAME, b"").split(b"\0", 1)[0])
+    if name not in wanted:
+        return None
+    st = LinkState(name)
+    operstate = found.get(IFLA_OPERSTATE)
+    st.operstate = OPERSTATES[operstate[0]] if operstate and operstate[0] < len(OPERSTATES) else "unknown"
+    st.carrier = _uint(found.get(IFLA_CARRIER), "=B")
+    st.carrier_changes = _uint(found.get(IFLA_CARRIER_CHANGES), "=I")
+    st.mtu = _uint(found.get(IFLA_MTU), "=I")
+    stats64 = found.get(IFLA_STATS64, b"")
+    count = len(stats64) // 8
+    st.stats = {k: struct.unpack_from("=Q", stats64, 8 * i)[0] for k, i in STAT_INDEX if i < count}
+    return st
+
+
+def _uint(value: bytes | None, fmt: str) -> int | None:
+    return struct.unpack_from(fmt, value)[0] if value is not None and len(value) >= struct.calcsize(fmt) else None
 
 
 def netdev_type(root: Root, name: str) -> int | None:
