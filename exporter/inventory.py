@@ -17,6 +17,7 @@ from exporter.root import Root, SourceError
 
 # Container and VM plumbing: hundreds of these on a Kubernetes node, none of them a NIC.
 DEFAULT_EXCLUDE = r"^(lo|veth[0-9a-f]{6,}|cali[0-9a-f]+|docker\d+|cni\d+|flannel\.\d+|virbr\d+|tunl\d+)$"
+PRESENT = "present"  # the key under which discovery memoises the devices it last saw
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,12 @@ def discover(root: Root, opts: InventoryOptions, errors: list[SourceError],
 
     netdevs = netdev_reader.list_netdevs(root)
     present = {f"net/{n}" for n in netdevs} | {f"{rdma_reader.IB}/{p.device}/ports/{p.port}" for p in ports}
-    for gone in [k for k in static if k not in present]:
-        del static[gone]  # a device that left: forget it, it may come back as another
+    changed = static.get(PRESENT) != present
+    if changed:
+        for gone in [k for k in static if k not in present and k != PRESENT]:
+            del static[gone]  # a device that left: forget it, it may come back as another
+        static[PRESENT] = present
+    root.forget_open_files(devices_changed=changed)
     for name in netdevs:
         if not wanted(name):
             continue

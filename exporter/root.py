@@ -7,6 +7,8 @@ reports and demos. Paths inside it are the machine's own (``sys/class/net/...``)
 from __future__ import annotations
 
 import os
+import resource
+import time
 from pathlib import Path
 
 
@@ -30,6 +32,29 @@ IGNORED_NAMES = frozenset({".keep"})
 # port with many channels and /proc/net/netstat: tens of kilobytes.
 MAX_READ = 4 << 20
 READ_CHUNK = 64 << 10
+# sysfs attributes are kept open and read again from offset 0 (what sysfs documents for
+# polling an attribute): one pread instead of open, read, read, close. An attribute holds at
+# most a page; a file under sys/ that fills ATTRIBUTE_READ is read the plain way.
+ATTRIBUTE_READ = 4096
+# At most this many kept open (and a quarter of the open-file limit, whichever is less): a
+# dense node reads a few hundred attributes a second.
+MAX_OPEN_ATTRIBUTES = 512
+# And opened afresh at least this often (seconds): two devices that swapped names between two
+# discoveries are read by their new names within a minute.
+REOPEN_AFTER = 60.0
+
+
+class _OpenAttribute:
+    """A kept-open file. It is closed when the last reference goes, never while a thread
+    still reads it (a closed descriptor's number could be reused for another file)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __del__(self) -> None:
+        os.close(self.fd)
 
 
 class Root:
@@ -39,6 +64,11 @@ class Root:
         self.base = Path(path)
         self.is_live = self.base.resolve() == Path("/")
         self._prefix = os.path.join(str(self.base), "")
+        self._open: dict[str, _OpenAttribute] = {}  # rel -> the sysfs attribute kept open
+        self._opened_since = time.monotonic()
+        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self._max_open = MAX_OPEN_ATTRIBUTES if soft_limit == resource.RLIM_INFINITY else min(
+            MAX_OPEN_ATTRIBUTES, soft_limit // 4)
 
     def __repr__(self) -> str:
         return f"Root({str(self.base)!r})"
@@ -66,10 +96,36 @@ class Root:
         assert data is not None  # not missing_ok: an absent file raised
         return data.decode("utf-8", "replace")
 
+    def forget_open_files(self, devices_changed: bool) -> None:
+        """For discovery, each time it lists the devices: let go of the attributes kept open
+        when devices came or went (and every REOPEN_AFTER seconds), so that each is opened
+        again by its path at its next read. A file kept open follows its device through a
+        rename, where a read by path must find whatever holds that name now."""
+        now = time.monotonic()
+        if devices_changed or now - self._opened_since > REOPEN_AFTER:
+            self._open.clear()
+            self._opened_since = now
+
     def _read(self, rel: str, missing_ok: bool = False) -> bytes | None:
         """The file's bytes, at most MAX_READ: a file that holds more is no attribute or
         table the exporter reads (a runaway or hostile file must not take its memory).
         None for a file that does not exist, where `missing_ok`."""
+        if rel.startswith("sys/"):
+            attribute = self._open.get(rel)
+            if attribute is not None:
+                try:
+                    data = os.pread(attribute.fd, ATTRIBUTE_READ, 0)
+                    # A removed sysfs attribute answers ENODEV (OSError); a fixture file
+                    # replaced by another (a rename over it) has no links left.
+                    if len(data) < ATTRIBUTE_READ and (self.is_live or os.fstat(attribute.fd).st_nlink):
+                        return data
+                except OSError:
+                    pass
+                self._open.pop(rel, None)  # read by path below: it says what became of it
+            return self._read_path(rel, missing_ok, keep=len(self._open) < self._max_open)
+        return self._read_path(rel, missing_ok)
+
+    def _read_path(self, rel: str, missing_ok: bool, keep: bool = False) -> bytes | None:
         p = self._prefix + rel
         try:
             fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
@@ -91,10 +147,13 @@ class Root:
                     size += len(chunk)
                 data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         except OSError as e:
+            os.close(fd)
             # sysfs answers EINVAL for attributes that have no value right now (the speed
             # of a link that is down); that is "unknown", still reported with its path.
             raise SourceError(p, e.strerror or str(e)) from e
-        finally:
+        if keep and len(data) < ATTRIBUTE_READ:
+            self._open[rel] = _OpenAttribute(fd)
+        else:
             os.close(fd)
         if len(data) > MAX_READ:
             raise SourceError(p, f"holds over {MAX_READ >> 20} MiB: not read")

@@ -179,6 +179,23 @@ def test_nic_vanishing_between_ticks_costs_only_its_series(node_copy):
     assert node.value("gpunet_nic_transmit_bytes_total", device="ens1f0np0") is not None
 
 
+def test_a_name_taken_by_another_device_is_read_from_that_device(node_copy):
+    """The exporter keeps sysfs files open between reads; when a NIC is renamed and another
+    takes its old name, the next discovery lets them go, and the old name's series come
+    from the device that holds the name now."""
+    root = node_copy("roce-mlx5")
+    node = Node(root).tick()
+    net = root / "sys/class/net"
+    old_mtu = sysfs_int(root, "sys/class/net/ens1f1np1/mtu")
+    assert node.value("gpunet_nic_mtu_bytes", device="ens1f1np1") == old_mtu
+    (net / "ens1f1np1").rename(net / "ens9np9")
+    shutil.copytree(net / "ens9np9", net / "ens1f1np1", symlinks=True)
+    (net / "ens1f1np1/mtu").write_text(f"{old_mtu - 500}\n")
+    node.tick()
+    assert node.value("gpunet_nic_mtu_bytes", device="ens1f1np1") == old_mtu - 500
+    assert node.value("gpunet_nic_mtu_bytes", device="ens9np9") == old_mtu
+
+
 def test_a_huge_attribute_file_costs_its_series_not_the_memory(node_copy):
     """A 50 MB file where a counter belongs (a runaway or hostile file): read no further than
     a few MiB, reported as the collector's error, the other NICs' series kept."""
