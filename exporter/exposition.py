@@ -38,21 +38,23 @@ def format_value(value: float) -> str:
 
 
 class Family:
-    __slots__ = ("name", "type", "help", "samples")
+    __slots__ = ("name", "type", "help", "label_names", "samples")
 
-    def __init__(self, name: str, type_: str, help_: str, samples: list[tuple[str, tuple, tuple, float]]):
-        """samples: (sample name, label names, label values, value as a float)."""
-        self.name, self.type, self.help, self.samples = name, type_, help_, samples
+    def __init__(self, name: str, type_: str, help_: str, label_names: tuple[str, ...], samples: list):
+        """samples: sequences whose [1] is the label values (in the order of `label_names`)
+        and [2] the value: the exporter's own Samples as they were published, so that a
+        scrape makes no tuple per sample."""
+        self.name, self.type, self.help, self.label_names, self.samples = name, type_, help_, label_names, samples
 
 
 class Renderer:
     def __init__(self) -> None:
-        self._prefixes: dict[tuple[str, tuple, tuple], str] = {}
+        self._prefixes: dict[tuple[str, tuple], str] = {}  # (family, label values) -> 'name{labels} '
         # openmetrics -> family name -> (its samples, its text), as last rendered.
         self._texts: dict[bool, dict[str, tuple[list, str]]] = {True: {}, False: {}}
 
     def _prefix(self, sample: str, names: tuple, values: tuple) -> str:
-        key = (sample, names, values)
+        key = (sample, values)
         prefix = self._prefixes.get(key)
         if prefix is None:
             if len(self._prefixes) > MAX_PREFIXES:
@@ -88,8 +90,10 @@ class Renderer:
                 out.append(f"# UNIT {name} {unit}\n")
             prefixes, prefix = self._prefixes, self._prefix
             append = out.append
-            for s, n, v, x in fam.samples:  # a thousand lines a scrape: the common case inline
-                line = prefixes.get((s, n, v)) or prefix(s, n, v)
+            family, names = fam.name, fam.label_names
+            for sample in fam.samples:  # a thousand lines a scrape: the common case inline
+                v, x = sample[1], float(sample[2])
+                line = prefixes.get((family, v)) or prefix(family, names, v)
                 append(f"{line}{repr(x) if x - x == 0 else format_value(x)}\n")  # x - x: 0 unless inf or NaN
             text = "".join(out[start:])
             del out[start:]

@@ -37,7 +37,9 @@ class ProcessMetrics:
                 size, resident = os.read(fd, 4096).split()[:2]
             finally:
                 os.close(fd)
-            open_fds = len(os.listdir("/proc/self/fd"))
+            # Linux 6.2 and later give the count as the folder's size: no listing of the
+            # few hundred sysfs files the exporter keeps open (exporter/root.py).
+            open_fds = os.stat("/proc/self/fd").st_size or len(os.listdir("/proc/self/fd"))
         except (OSError, ValueError):
             return []
         cpu = os.times()
@@ -47,7 +49,7 @@ class ProcessMetrics:
                self._gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
                            self._start_time),
                Family("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.",
-                      [("process_cpu_seconds_total", (), (), cpu.user + cpu.system)]),
+                      (), [(None, (), cpu.user + cpu.system)]),
                self._gauge("process_open_fds", "Number of open file descriptors.", float(open_fds))]
         if max_fds != resource.RLIM_INFINITY:
             out.append(self._gauge("process_max_fds", "Maximum number of open file descriptors.", float(max_fds)))
@@ -55,4 +57,4 @@ class ProcessMetrics:
 
     @staticmethod
     def _gauge(name: str, help_: str, value: float) -> Family:
-        return Family(name, "gauge", help_, [(name, (), (), value)])
+        return Family(name, "gauge", help_, (), [(None, (), value)])

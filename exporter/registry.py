@@ -129,39 +129,37 @@ class Registry:
 
     def families(self) -> list[Family]:
         with self._lock:
-            published = [s for samples in (*self._samples.values(), *self._refreshed.values()) for s in samples]
-            status = {k: CollectorStatus(**vars(v)) for k, v in self._status.items()}
+            published = [*self._samples.values(), *self._refreshed.values()]
+            status = [(k, v.up, v.duration, v.errors_total, v.last_run) for k, v in self._status.items()]
             ticks = {k: list(v) for k, v in self._ticks.items()}
             bad_requests = self._bad_requests
             refused = dict(self._refused)
-        # A thousand samples a scrape: grouped without a throwaway (metric, []) per sample.
-        by_metric: dict[str, tuple[MetricSpec, list[Sample]]] = {}
-        for s in published:
-            group = by_metric.get(s.metric.name)
-            if group is None:
-                group = by_metric[s.metric.name] = (s.metric, [])
-            group[1].append(s)
-
         self_samples = [Sample(EXPORTER_BUILD_INFO, (__version__, self._root_label), 1.0),
                         Sample(HTTP_BAD_REQUESTS, (), bad_requests),
                         Sample(HTTP_OPEN_CONNECTIONS, (), self._open_connections)]
         self_samples += [Sample(HTTP_REFUSED, (reason,), count) for reason, count in refused.items()]
-        for name, st in sorted(status.items()):
-            self_samples += [Sample(COLLECTOR_UP, (name,), 1.0 if st.up else 0.0),
-                             Sample(COLLECTOR_DURATION, (name,), st.duration),
-                             Sample(COLLECTOR_ERRORS, (name,), st.errors_total),
-                             Sample(COLLECTOR_LAST_SUCCESS, (name,), st.last_run)]
-        for tick, (interval, count, late) in sorted(ticks.items()):
+        for name, up, duration, errors_total, last_run in status:
+            self_samples += [Sample(COLLECTOR_UP, (name,), 1.0 if up else 0.0),
+                             Sample(COLLECTOR_DURATION, (name,), duration),
+                             Sample(COLLECTOR_ERRORS, (name,), errors_total),
+                             Sample(COLLECTOR_LAST_SUCCESS, (name,), last_run)]
+        for tick, (interval, count, late) in ticks.items():
             self_samples += [Sample(TICK_INTERVAL, (tick,), interval), Sample(TICKS, (tick,), count),
                              Sample(TICKS_LATE, (tick,), late)]
-        for s in self_samples:
-            by_metric.setdefault(s.metric.name, (s.metric, []))[1].append(s)
-
+        published.append(self_samples)
+        # A thousand samples a scrape, grouped by family as they were published (the
+        # renderer reads them as they are, and sorting puts each family's in label order).
+        by_metric: dict[str, tuple[MetricSpec, list[Sample]]] = {}
+        for samples in published:
+            for s in samples:
+                group = by_metric.get(s.metric.name)
+                if group is None:
+                    group = by_metric[s.metric.name] = (s.metric, [])
+                group[1].append(s)
         out = []
         for name in sorted(by_metric):
-            metric, samples = by_metric[name]
-            samples.sort(key=LABELS)
-            out.append(Family(metric.name, metric.type, metric.help,
-                              [(metric.name, metric.labels, s.labels, float(s.value)) for s in samples]))
+            metric, group_samples = by_metric[name]
+            group_samples.sort(key=LABELS)
+            out.append(Family(metric.name, metric.type, metric.help, metric.labels, group_samples))
         out += self._process.families()
         return out
