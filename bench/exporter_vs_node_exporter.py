@@ -490,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"fixture: {n_files} files in {root}")
 
         g_port, n_port = free_port(), free_port()
-        gpunet_argv = [sys.executable, "-m", "exporter.cli", "--root", str(root), "--listen", f"127.0.0.1:{g_port}",
+        gpunet_argv = [sys.executable, "-m", "exporter", "--root", str(root), "--listen", f"127.0.0.1:{g_port}",
                        *shlex.split(args.gpunet_args)]
         ne_argv = [ne, f"--web.listen-address=127.0.0.1:{n_port}"]
         report = {"machine": machine(), "node_exporter_version": ne_version,

@@ -58,7 +58,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     url = f"http://127.0.0.1:{args.port}"
-    exporter = subprocess.Popen([sys.executable, "-m", "exporter.cli", "--listen", f"127.0.0.1:{args.port}"],
+    exporter = subprocess.Popen([sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{args.port}"],
                                 env=env, stderr=open(out / "exporter.log", "wb"))
     try:
         for _ in range(100):
@@ -112,7 +112,7 @@ def main() -> int:
     finally:
         exporter.terminate()
         exporter.wait(10)
-    subprocess.run([sys.executable, "-m", "exporter.cli", "snapshot", str(out / "fixture")], env=env, check=True)
+    subprocess.run([sys.executable, "-m", "exporter", "snapshot", str(out / "fixture")], env=env, check=True)
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return 0 if report["pass"] else 1
 

@@ -48,8 +48,9 @@ sys.path.insert(0, str(HERE.parent))
 import make_fixture  # noqa: E402
 
 from exporter import bounded  # noqa: E402
-from exporter.cli import build_parser, make_sampler  # noqa: E402
+from exporter.cli import make_sampler  # noqa: E402
 from exporter.registry import Registry  # noqa: E402
+from exporter.settings import build_parser  # noqa: E402
 
 
 # --- per-thread CPU ------------------------------------------------------------------------

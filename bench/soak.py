@@ -216,7 +216,7 @@ def main() -> int:
             hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=10)).decode()
             web.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
             flags = [f"--web.config.file={web}"]
-        proc = subprocess.Popen([sys.executable, "-m", "exporter.cli", "--root", str(node), "--listen",
+        proc = subprocess.Popen([sys.executable, "-m", "exporter", "--root", str(node), "--listen",
                                  f"127.0.0.1:{port}", *flags], cwd=REPO, stderr=subprocess.DEVNULL)
         try:
             time.sleep(3)  # start and warm up

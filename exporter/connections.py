@@ -22,13 +22,16 @@ from __future__ import annotations
 import asyncio
 import resource
 import socket
-import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from exporter.registry import Registry
+
+if TYPE_CHECKING:  # a context comes from exporter/webconfig.py, which imports ssl only for TLS
+    import ssl
 
 
 def default_max_connections() -> int:

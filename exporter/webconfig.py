@@ -33,19 +33,21 @@ import hmac
 import ipaddress
 import os
 import re
-import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpunet.window import parse_duration
 
+if TYPE_CHECKING:  # imported where a TLS context is built: without TLS the exporter never loads it
+    import ssl
+
 # exporter-toolkit's client_auth_type -> what Python's ssl does. RequestClientCert asks for a
 # certificate and ignores it, so it admits the same clients as NoClientCert.
-CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "RequestClientCert": ssl.CERT_NONE,
-               "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL, "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
+CLIENT_AUTH = {"NoClientCert": "CERT_NONE", "RequestClientCert": "CERT_NONE",
+               "VerifyClientCertIfGiven": "CERT_OPTIONAL", "RequireAndVerifyClientCert": "CERT_REQUIRED"}
 NEEDS_CA = {"VerifyClientCertIfGiven", "RequireAndVerifyClientCert"}
-TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
-                "TLS13": ssl.TLSVersion.TLSv1_3}
+TLS_VERSIONS = {"TLS10": "TLSv1", "TLS11": "TLSv1_1", "TLS12": "TLSv1_2", "TLS13": "TLSv1_3"}  # ssl.TLSVersion
 # Go's crypto/tls names (those tls.CipherSuites() and InsecureCipherSuites() list for TLS 1.2
 # and below) -> OpenSSL's names for the same suites.
 CIPHER_SUITES = {
@@ -181,6 +183,8 @@ def _strings(path: Path, where: str, value: object) -> list[str]:
 
 
 def _tls_context(path: Path, tls: dict) -> ssl.SSLContext:
+    import ssl
+
     for key, reason in REFUSED.items():
         if key in tls:
             raise WebConfigError(f"{path}: tls_server_config.{key} {reason}")
@@ -211,7 +215,7 @@ def _tls_context(path: Path, tls: dict) -> ssl.SSLContext:
         name = tls.get(key, default)
         if name not in TLS_VERSIONS:
             raise WebConfigError(f"{path}: tls_server_config.{key} {name!r} is not one of {', '.join(TLS_VERSIONS)}")
-        versions[key] = TLS_VERSIONS[name]
+        versions[key] = getattr(ssl.TLSVersion, TLS_VERSIONS[name])
     if versions["min_version"] > versions["max_version"]:
         raise WebConfigError(f"{path}: tls_server_config: min_version is above max_version")
     suites = _strings(path, "tls_server_config.cipher_suites", tls.get("cipher_suites"))
@@ -232,7 +236,7 @@ def _tls_context(path: Path, tls: dict) -> ssl.SSLContext:
             ctx.load_verify_locations(cafile=str(path.parent / tls["client_ca_file"]))
         elif tls.get("client_ca"):
             ctx.load_verify_locations(cadata=tls["client_ca"])
-        ctx.verify_mode = CLIENT_AUTH[auth]
+        ctx.verify_mode = getattr(ssl, CLIENT_AUTH[auth])
         tls12 = [CIPHER_SUITES[s] for s in suites if s in CIPHER_SUITES]
         if tls12:
             ctx.set_ciphers(":".join(tls12))

@@ -249,7 +249,7 @@ def exporter_command() -> list[str]:
     if script.exists():
         return [str(script)]
     found = shutil.which("gpunet-exporter")
-    return [found] if found else [sys.executable, "-m", "exporter.cli"]
+    return [found] if found else [sys.executable, "-m", "exporter"]
 
 
 class Scrape:

@@ -74,7 +74,7 @@ class Process:
 
 
 def exporter_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "exporter.cli", *args]
+    return [sys.executable, "-m", "exporter", *args]
 
 
 def start_exporter(tmp_path: Path, *args: str, port: int | None = None) -> tuple[Process, str]:

@@ -12,9 +12,10 @@ from conftest import FIXTURES
 from procs import REPO, exporter_command
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cli import make_sampler, parse_args
+from exporter.cli import make_sampler
 from exporter.collector_registry import register, registered
 from exporter.registry import Registry
+from exporter.settings import parse_args
 
 NODE = FIXTURES / "h100-jobs"  # RDMA NICs, GPUs and their workloads: most collectors have something to read
 NODES = [NODE, *sorted(p for p in FIXTURES.iterdir() if (p / "sys").is_dir() and p != NODE)]

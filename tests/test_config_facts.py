@@ -361,8 +361,9 @@ def test_live_bond_in_a_namespace(monkeypatch):
 
 
 def test_config_interval_flag_sets_how_often_facts_are_read(node_copy):
-    from exporter.cli import build_parser, make_sampler
+    from exporter.cli import make_sampler
     from exporter.registry import Registry
+    from exporter.settings import build_parser
 
     root = node_copy("roce-mlx5")
     registry = Registry(root_label="x")

@@ -20,8 +20,8 @@ import pytest
 
 yaml = pytest.importorskip("yaml")
 
-from exporter.cli import build_parser  # noqa: E402
 from exporter.root import Root  # noqa: E402
+from exporter.settings import build_parser  # noqa: E402
 from gpunet.contract import DEFAULT_PORT  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -277,7 +277,7 @@ def test_daemonset_args_parse_and_read_the_live_node():
 def test_daemonset_args_accepted_by_the_cli_process():
     """The real entry point, in a subprocess: argparse accepts the args (--version exits 0
     after parsing everything before it)."""
-    out = subprocess.run([sys.executable, "-m", "exporter.cli", *container()["args"], "--version"],
+    out = subprocess.run([sys.executable, "-m", "exporter", *container()["args"], "--version"],
                          capture_output=True, text=True, timeout=30, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("gpunet-exporter ")
@@ -585,7 +585,7 @@ def test_dockerfile_build_context_is_enough(tmp_path):
     assert out.returncode == 0, out.stderr
     (wheel,) = (tmp_path / "dist").glob("gpunet-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "exporter/cli.py" in names
+    assert "exporter/cli.py" in names and "exporter/__main__.py" in names
     assert any(n.endswith("entry_points.txt") for n in names)
 
 
@@ -608,7 +608,7 @@ sys.meta_path.insert(0, Blocked())
 
 def test_the_exporter_runs_without_the_diagnoser_dependencies():
     run_cli = BLOCK_DIAGNOSER_ONLY + ("import runpy\nsys.argv[0] = 'gpunet-exporter'\n"
-                                      "runpy.run_module('exporter.cli', run_name='__main__')\n")
+                                      "runpy.run_module('exporter', run_name='__main__')\n")
     fixture = REPO / "tests/fixtures/nodes/h100-8gpu"
     out = subprocess.run([sys.executable, "-c", run_cli, "--root", str(fixture), "--duration", "0.5", "scrape"],
                          capture_output=True, text=True, timeout=60, cwd=REPO)

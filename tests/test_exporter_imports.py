@@ -4,14 +4,17 @@ settings files (yaml) and prometheus_client are not needed to serve at all."""
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
+from procs import http_get, start_exporter
 
 # Serve's imports, then a few ticks and a render, as the daemon does; then what was loaded.
 PROGRAM = """
 import sys
-from exporter.cli import build_parser, make_sampler, serve  # noqa: F401  (serve's imports too)
+from exporter.cli import make_sampler, serve  # noqa: F401  (serve's imports too)
+from exporter.settings import build_parser
 from exporter.registry import Registry
 root = sys.argv[1]
 registry = Registry(root)
@@ -32,3 +35,24 @@ def test_serving_a_fixture_node_imports_none_of_the_heavy_stacks(node):
     loaded = set(result.stdout.split())
     assert "exporter" in loaded
     assert not loaded & NEVER, sorted(loaded & NEVER)
+
+
+def openssl_mapped(pid: int) -> bool:
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return "libssl" in maps or "/_ssl." in maps
+
+
+@pytest.mark.parametrize("web_config", [None, "{}\n"])
+def test_openssl_is_loaded_only_with_a_web_config_file(tmp_path, web_config):
+    """Plain HTTP needs no TLS library (7 MB of the exporter's memory); a web config file,
+    which may turn TLS on, gets it."""
+    args = ["--root", str(FIXTURES / "h100-8gpu")]
+    if web_config is not None:
+        (tmp_path / "web.yml").write_text(web_config)
+        args += ["--web.config.file", str(tmp_path / "web.yml")]
+    proc, url = start_exporter(tmp_path, *args)
+    try:
+        assert http_get(url + "/metrics")[0] == 200
+        assert openssl_mapped(proc.popen.pid) == (web_config is not None)
+    finally:
+        proc.stop()

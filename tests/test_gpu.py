@@ -197,13 +197,13 @@ def test_a_host_without_the_nvidia_driver_runs_no_gpu_collector_and_says_so_once
 def test_a_driver_that_is_there_but_fails_reports_the_gpu_collectors_down(tmp_path, monkeypatch):
     """/dev/nvidiactl present (here a stand-in file) but NVML failing: a GPU node whose driver
     is broken, which must show as collectors down."""
-    from exporter import cli
+    from exporter import cli, settings
     from exporter.readers.nvml import NvmlGpus
     skip_where_nvml_works()
     control = tmp_path / "nvidiactl"
     control.write_text("")
     monkeypatch.setattr(cli, "NVIDIA_DRIVER_PATHS", (str(control),))
-    args = cli.parse_args(["--root", "/", "scrape"])
+    args = settings.parse_args(["--root", "/", "scrape"])
     source = cli.gpu_source(args, Root("/"))
     assert source is not None and isinstance(source.backend, NvmlGpus)
     registry = Registry()

@@ -21,10 +21,11 @@ import pytest
 from exporter_harness import Node
 from procs import http_get, start_exporter
 
-from exporter.cli import make_sampler, parse_args
+from exporter.cli import make_sampler
 from exporter.collectors.gpu_workload import pod_workload
 from exporter.readers.podresources import api_pb2, api_pb2_grpc
 from exporter.registry import Registry
+from exporter.settings import parse_args
 from exporter.workload_options import DEFAULT_POD_PATTERN, WorkloadOptions, compile_pod_pattern
 
 INFO = "gpunet_gpu_workload_info"

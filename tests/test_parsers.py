@@ -4,11 +4,11 @@ import argparse
 
 import pytest
 
-from exporter.cli import parse_link_speed, parse_listen, parse_speed
 from exporter.readers.ethtool import parse_ethtool_stats
 from exporter.readers.procfs import PartialTable, read_snmp_table
 from exporter.readers.rdma import parse_rate
 from exporter.root import Root, SourceError
+from exporter.settings import parse_link_speed, parse_listen, parse_speed
 
 
 def test_ethtool_text_parses_and_reports_malformed_lines_with_their_line():
@@ -72,7 +72,7 @@ def test_listen_addresses():
 
 
 def test_settings_from_file_environment_and_flags_with_the_same_names(tmp_path, monkeypatch):
-    from exporter.cli import parse_args
+    from exporter.settings import parse_args
 
     config = tmp_path / "gpunet.yml"
     config.write_text("fast-interval: 0.5\nslow-interval: 3\nlink-speed: [veth0=200Mbit]\nno-gpu: true\n"
@@ -88,7 +88,7 @@ def test_settings_from_file_environment_and_flags_with_the_same_names(tmp_path, 
 
 
 def test_unknown_or_bad_settings_are_refused(tmp_path, capsys):
-    from exporter.cli import parse_args
+    from exporter.settings import parse_args
 
     config = tmp_path / "gpunet.yml"
     config.write_text("fast-intervall: 0.5\n")

@@ -15,7 +15,7 @@ ROOT = str(REPO / "tests" / "fixtures" / "nodes" / "roce-mlx5")
 
 
 def exporter(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "exporter.cli", "--root", ROOT, "--no-gpu", *args, "scrape"],
+    return subprocess.run([sys.executable, "-m", "exporter", "--root", ROOT, "--no-gpu", *args, "scrape"],
                           cwd=REPO, capture_output=True, text=True, timeout=30, env={**os.environ, **(env or {})})
 
 
@@ -53,7 +53,7 @@ def test_an_environment_variable_that_cannot_work_is_refused(variable, value):
 def test_a_snapshot_into_a_folder_that_cannot_be_written_is_one_line(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    result = subprocess.run([sys.executable, "-m", "exporter.cli", "--root", ROOT, "--no-gpu", "snapshot",
+    result = subprocess.run([sys.executable, "-m", "exporter", "--root", ROOT, "--no-gpu", "snapshot",
                              str(blocker / "out")], cwd=REPO, capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert str(blocker) in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr

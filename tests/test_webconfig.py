@@ -153,8 +153,8 @@ def test_sighup_reloads_users_and_keeps_the_old_file_when_the_new_is_broken(tmp_
 
 
 def test_label_values_are_bounded_and_escaped():
-    body = Renderer().render([Family("gpunet_nic_info", "gauge", "x", [
-        ("gpunet_nic_info", ("device", "driver"), ("eth0", 'we"ird\n' + "x" * 500), 1.0)])], openmetrics=False)
+    body = Renderer().render([Family("gpunet_nic_info", "gauge", "x", ("device", "driver"), [
+        (None, ("eth0", 'we"ird\n' + "x" * 500), 1.0)])], openmetrics=False)
     line = body.decode().splitlines()[-1]
     assert 'driver="we\\"ird\\n' in line and len(line) < MAX_LABEL_VALUE + 80
 

@@ -1,0 +1,28 @@
+"""The gpunet-exporter command, also `python -m exporter`.
+
+The settings are read before the server is imported, so that an exporter serving plain
+HTTP never loads OpenSSL: asyncio and aiohttp import the ssl module whenever they can, and
+that maps libssl and libcrypto, 7 MB of a 43 MB process, for TLS it does not use. With a
+--web.config.file (by flag, GPUNET_WEB_CONFIG_FILE or --config) ssl is imported as usual;
+TLS cannot be switched on by a reload without one, so nothing later needs it."""
+
+from __future__ import annotations
+
+import sys
+
+from exporter.settings import parse_args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.web_config_file is None:
+        # A None entry makes `import ssl` raise ImportError, which the standard library and
+        # aiohttp take as a Python built without OpenSSL. setdefault: never undo an import.
+        sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
+    from exporter.cli import run  # after the decision above: the server's imports follow it
+
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
