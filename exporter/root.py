@@ -36,9 +36,12 @@ READ_CHUNK = 64 << 10
 # polling an attribute): one pread instead of open, read, read, close. An attribute holds at
 # most a page; a file under sys/ that fills ATTRIBUTE_READ is read the plain way.
 ATTRIBUTE_READ = 4096
-# At most this many kept open (and a quarter of the open-file limit, whichever is less): a
-# dense node reads a few hundred attributes a second.
+# At most this many kept open, and never more than a quarter of the open-file limit less the
+# exporter's own files: HTTP connections may take half of the limit (exporter/connections.py),
+# and the rest must leave room for a listener's accept burst, NVML and a scrape. A dense node
+# reads a few hundred attributes a second; those past the cap are read by their path.
 MAX_OPEN_ATTRIBUTES = 512
+OWN_FILES = 40
 # And opened afresh at least this often (seconds): two devices that swapped names between two
 # discoveries are read by their new names within a minute.
 REOPEN_AFTER = 60.0
@@ -67,8 +70,11 @@ class Root:
         self._open: dict[str, _OpenAttribute] = {}  # rel -> the sysfs attribute kept open
         self._opened_since = time.monotonic()
         soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        self._max_open = MAX_OPEN_ATTRIBUTES if soft_limit == resource.RLIM_INFINITY else min(
-            MAX_OPEN_ATTRIBUTES, soft_limit // 4)
+        self._max_open = MAX_OPEN_ATTRIBUTES if soft_limit == resource.RLIM_INFINITY else max(0, min(
+            MAX_OPEN_ATTRIBUTES, soft_limit // 4 - OWN_FILES))
+        # Paths read once by path: kept open at their second read, so that what discovery
+        # reads once per device (its type, PCI address, NUMA node) takes no kept file.
+        self._read_before: set[str] = set()
 
     def __repr__(self) -> str:
         return f"Root({str(self.base)!r})"
@@ -104,6 +110,7 @@ class Root:
         now = time.monotonic()
         if devices_changed or now - self._opened_since > REOPEN_AFTER:
             self._open.clear()
+            self._read_before.clear()
             self._opened_since = now
 
     def _read(self, rel: str, missing_ok: bool = False) -> bytes | None:
@@ -122,7 +129,10 @@ class Root:
                 except OSError:
                     pass
                 self._open.pop(rel, None)  # read by path below: it says what became of it
-            return self._read_path(rel, missing_ok, keep=len(self._open) < self._max_open)
+            keep = rel in self._read_before and len(self._open) < self._max_open
+            if not keep and len(self._read_before) < 4 * MAX_OPEN_ATTRIBUTES:
+                self._read_before.add(rel)
+            return self._read_path(rel, missing_ok, keep=keep)
         return self._read_path(rel, missing_ok)
 
     def _read_path(self, rel: str, missing_ok: bool, keep: bool = False) -> bytes | None:

@@ -1,6 +1,6 @@
-"""Reads through a Root: sysfs attributes are kept open and read again from their start, so
-these tests change the files between reads in every way a driver or a fixture writer can
-and check each read gives what the file holds now, by its path."""
+"""Reads through a Root: sysfs attributes read more than once are kept open and read again
+from their start, so these tests change the files between reads in every way a driver or a
+fixture writer can and check each read gives what the file holds now, by its path."""
 
 import os
 import shutil
@@ -23,9 +23,16 @@ def node(tmp_path):
     return tmp_path
 
 
+def read_twice(root: Root, rel: str) -> int:
+    """The second read keeps the file open."""
+    first = root.read_int(rel)
+    assert root.read_int(rel) == first
+    return first
+
+
 def test_a_value_rewritten_in_place_is_read_anew(node):
     root = Root(node)
-    assert root.read_int(STAT) == 100
+    assert read_twice(root, STAT) == 100
     (node / STAT).write_text("250\n")
     assert root.read_int(STAT) == 250
     (node / STAT).write_text("7\n")  # shorter than before: no old digits left over
@@ -34,7 +41,7 @@ def test_a_value_rewritten_in_place_is_read_anew(node):
 
 def test_a_file_replaced_by_a_rename_is_read_anew(node):
     root = Root(node)
-    assert root.read_int(STAT) == 100
+    assert read_twice(root, STAT) == 100
     tmp = node / (STAT + ".tmp")
     tmp.write_text("999\n")
     os.replace(tmp, node / STAT)
@@ -43,7 +50,7 @@ def test_a_file_replaced_by_a_rename_is_read_anew(node):
 
 def test_a_removed_file_reads_as_missing_and_its_descriptor_is_closed(node):
     root = Root(node)
-    assert root.read_int(STAT) == 100
+    assert read_twice(root, STAT) == 100
     before = open_fds()
     (node / STAT).unlink()
     assert root.read_int_if_present(STAT) is None
@@ -58,7 +65,7 @@ def test_a_renamed_device_is_read_by_its_new_name_once_discovery_saw_the_change(
     """A kept-open file follows its device through a rename; a read by path must give
     whatever holds that name now, once discovery has seen the devices change."""
     root = Root(node)
-    assert root.read_int(STAT) == 100
+    assert read_twice(root, STAT) == 100
     net = node / "sys/class/net"
     (net / "eth0").rename(net / "eth9")
     shutil.copytree(net / "eth9", net / "eth0")
@@ -85,15 +92,20 @@ def test_files_kept_open_are_bounded_and_let_go(node, monkeypatch):
     assert open_fds() == before
 
 
-def test_only_sysfs_is_kept_open(node):
+def test_only_sysfs_read_again_is_kept_open(node):
     """/proc tables are generated anew at each open, and fixture files outside sys/ (ethtool
-    text, nvml.json) are parsed only when their stat changes: neither is kept open."""
+    text, nvml.json) are parsed only when their stat changes: neither is kept open; nor is
+    what is read once (a device's type, PCI address, NUMA node)."""
     (node / "proc/net").mkdir(parents=True)
     (node / "proc/net/snmp").write_text("Tcp: RtoAlgorithm\nTcp: 1\n")
     root = Root(node)
     before = open_fds()
     root.read_text("proc/net/snmp")
+    root.read_text("proc/net/snmp")
+    root.read_int(STAT)
     assert open_fds() == before
+    root.read_int(STAT)
+    assert open_fds() == before + 1
 
 
 def test_a_live_sysfs_attribute_kept_open_follows_the_counter():
@@ -104,6 +116,7 @@ def test_a_live_sysfs_attribute_kept_open_follows_the_counter():
     root = Root("/")
     rel = "sys/class/net/lo/statistics/rx_bytes"
     first = root.read_int(rel)
+    root.read_int(rel)
     assert rel in root._open
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         for _ in range(10):
