@@ -17,7 +17,7 @@ from exporter.root import Root, SourceError
 
 # Container and VM plumbing: hundreds of these on a Kubernetes node, none of them a NIC.
 DEFAULT_EXCLUDE = r"^(lo|veth[0-9a-f]{6,}|cali[0-9a-f]+|docker\d+|cni\d+|flannel\.\d+|virbr\d+|tunl\d+)$"
-PRESENT = "present"  # the key under which discovery memoises the devices it last saw
+PRESENT = "present"  # the key under which discovery memoises the devices it last saw, with their inodes
 
 
 @dataclass(frozen=True)
@@ -55,18 +55,21 @@ def discover(root: Root, opts: InventoryOptions, errors: list[SourceError],
             return bool(include.search(device))
         return not (exclude and exclude.search(device))
 
+    # The devices by name and by what each name leads to: one that came, went, was renamed
+    # or swapped names with another, or a driver reloaded, changes this, and then what was
+    # memoised and the files kept open (exporter/root.py) are let go.
+    netdevs = netdev_reader.list_netdevs(root)
+    rel = [f"{netdev_reader.NET}/{n}" for n in netdevs] + [f"{rdma_reader.IB}/{d}" for d in root.listdir(rdma_reader.IB)]
+    present = frozenset((r, root.identity(r)) for r in rel)
+    changed = static.get(PRESENT) != present
+    if changed:
+        static.clear()
+        static[PRESENT] = present
+    root.forget_open_files(devices_changed=changed)
+
     ports = rdma_reader.list_ports(root, errors, static)
     port_of_netdev = {p.netdev: p for p in ports if p.netdev}
     found: list[tuple[str, str, RdmaPort | None, str, str, str, str, float | None]] = []
-
-    netdevs = netdev_reader.list_netdevs(root)
-    present = {f"net/{n}" for n in netdevs} | {f"{rdma_reader.IB}/{p.device}/ports/{p.port}" for p in ports}
-    changed = static.get(PRESENT) != present
-    if changed:
-        for gone in [k for k in static if k not in present and k != PRESENT]:
-            del static[gone]  # a device that left: forget it, it may come back as another
-        static[PRESENT] = present
-    root.forget_open_files(devices_changed=changed)
     for name in netdevs:
         if not wanted(name):
             continue

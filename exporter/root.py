@@ -69,6 +69,9 @@ class Root:
         self._prefix = os.path.join(str(self.base), "")
         self._open: dict[str, _OpenAttribute] = {}  # rel -> the sysfs attribute kept open
         self._opened_since = time.monotonic()
+        # Bumped when they are let go: a read by path that began before keeps its file
+        # only if none was let go meanwhile (discovery, on another thread, saw a rename).
+        self._generation = 0
         soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self._max_open = MAX_OPEN_ATTRIBUTES if soft_limit == resource.RLIM_INFINITY else max(0, min(
             MAX_OPEN_ATTRIBUTES, soft_limit // 4 - OWN_FILES))
@@ -109,6 +112,7 @@ class Root:
         rename, where a read by path must find whatever holds that name now."""
         now = time.monotonic()
         if devices_changed or now - self._opened_since > REOPEN_AFTER:
+            self._generation += 1
             self._open.clear()
             self._read_before.clear()
             self._opened_since = now
@@ -132,10 +136,12 @@ class Root:
             keep = rel in self._read_before and len(self._open) < self._max_open
             if not keep and len(self._read_before) < 4 * MAX_OPEN_ATTRIBUTES:
                 self._read_before.add(rel)
-            return self._read_path(rel, missing_ok, keep=keep)
+            return self._read_path(rel, missing_ok, keep_from=self._generation if keep else None)
         return self._read_path(rel, missing_ok)
 
-    def _read_path(self, rel: str, missing_ok: bool, keep: bool = False) -> bytes | None:
+    def _read_path(self, rel: str, missing_ok: bool, keep_from: int | None = None) -> bytes | None:
+        """Read by path; the file is kept open where `keep_from` is the generation of kept
+        files the read began in and it is still that generation."""
         p = self._prefix + rel
         try:
             fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
@@ -161,7 +167,10 @@ class Root:
             # sysfs answers EINVAL for attributes that have no value right now (the speed
             # of a link that is down); that is "unknown", still reported with its path.
             raise SourceError(p, e.strerror or str(e)) from e
-        if keep and len(data) < ATTRIBUTE_READ:
+        except BaseException:
+            os.close(fd)
+            raise
+        if keep_from == self._generation and len(data) < ATTRIBUTE_READ:
             self._open[rel] = _OpenAttribute(fd)
         else:
             os.close(fd)
@@ -195,6 +204,14 @@ class Root:
         try:
             return self.read_str(rel)
         except SourceError:
+            return None
+
+    def identity(self, rel: str) -> int | None:
+        """The inode a path leads to now (symbolic links followed), None where it leads
+        nowhere: what tells a device from another that took its name."""
+        try:
+            return os.stat(self._prefix + rel).st_ino
+        except OSError:
             return None
 
     def stat_key(self, rel: str) -> tuple[int, int] | None:

@@ -201,7 +201,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         import yaml  # only with a settings file: an exporter without one does not load it
 
         try:
-            loaded = yaml.safe_load(open(config_path, encoding="utf-8")) or {}
+            with open(config_path, encoding="utf-8") as f:
+                loaded = yaml.safe_load(f) or {}
         except (OSError, yaml.YAMLError) as e:
             parser.error(f"--config {config_path}: {e}")
         if not isinstance(loaded, dict):

@@ -196,6 +196,23 @@ def test_a_name_taken_by_another_device_is_read_from_that_device(node_copy):
     assert node.value("gpunet_nic_mtu_bytes", device="ens9np9") == old_mtu
 
 
+def test_two_devices_that_swap_names_are_each_read_by_its_new_name(node_copy):
+    """The same names before and after, each leading to the other device: discovery tells
+    by what each name leads to, and lets the kept files and what it memoised go."""
+    root = node_copy("roce-mlx5")
+    net = root / "sys/class/net"
+    (net / "ens1f0np0/mtu").write_text("9000\n")
+    (net / "ens1f1np1/mtu").write_text("4200\n")
+    node = Node(root).tick().tick()
+    assert node.value("gpunet_nic_mtu_bytes", device="ens1f0np0") == 9000
+    (net / "ens1f0np0").rename(net / "swap")
+    (net / "ens1f1np1").rename(net / "ens1f0np0")
+    (net / "swap").rename(net / "ens1f1np1")
+    node.tick()
+    assert node.value("gpunet_nic_mtu_bytes", device="ens1f0np0") == 4200
+    assert node.value("gpunet_nic_mtu_bytes", device="ens1f1np1") == 9000
+
+
 def test_a_huge_attribute_file_costs_its_series_not_the_memory(node_copy):
     """A 50 MB file where a counter belongs (a runaway or hostile file): read no further than
     a few MiB, reported as the collector's error, the other NICs' series kept."""

@@ -125,3 +125,24 @@ def test_a_live_sysfs_attribute_kept_open_follows_the_counter():
     with open("/" + rel) as f:
         kernel = int(f.read())
     assert first + 10 * 1000 <= second <= kernel
+
+
+def test_nothing_is_kept_open_under_a_low_file_limit(node, monkeypatch):
+    """At LimitNOFILE=100 the room is the HTTP connections' and the exporter's own."""
+    import resource
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (100, 100))
+    root = Root(node)
+    before = open_fds()
+    assert read_twice(root, STAT) == 100
+    assert open_fds() == before
+
+
+def test_a_kept_file_that_starts_failing_reports_its_path(node):
+    """sysfs answers EINVAL for a value it has not now (a link's speed while it is down):
+    here the file becomes a folder, which a read by its path reports with the path."""
+    root = Root(node)
+    assert read_twice(root, STAT) == 100
+    (node / STAT).unlink()
+    (node / STAT).mkdir()
+    with pytest.raises(SourceError, match="rx_bytes"):
+        root.read_int(STAT)

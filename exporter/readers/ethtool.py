@@ -13,6 +13,7 @@ import array
 import errno
 import socket
 import struct
+import time
 
 from exporter.readers.netlink import ethtool_ioctl, ethtool_socket, ioctl_problem
 from exporter.root import Root, SourceError
@@ -25,6 +26,7 @@ ETH_GSTRING_LEN = 32
 SSET_INFO = struct.Struct("=IIQI")  # struct ethtool_sset_info with one data[] entry: cmd, reserved, mask, count
 GSTRINGS_HEAD = struct.Struct("=III")  # struct ethtool_gstrings: cmd, string_set, len; then the names
 GSTATS_HEAD = struct.Struct("=II")  # struct ethtool_stats: cmd, n_stats; then n_stats u64 values
+NAMES_REFRESH = 60.0  # seconds between fetches of a device's counter names, live
 
 
 def parse_ethtool_stats(text: str, where: str) -> tuple[dict[str, int], list[SourceError]]:
@@ -104,11 +106,18 @@ class DriverStatsReader:
             if state is None:
                 state = self._ioctl[device] = _IoctlState()
             # The kernel writes as many values as the driver has *now* into our buffer, so
-            # the names (and the buffer) must follow that count, or it would overflow.
+            # the names (and the buffer) must follow that count. Kernels before the check of
+            # n_stats (2024) write the driver's count whatever we ask: the buffer has room for
+            # twice the count and 256 more, so that a count that grew between the two calls
+            # (channels added, a driver reloaded) is reported below, not written past the end.
             count = _stats_count(sock, device)
-            if state.count != count:
+            now = time.monotonic()
+            if state.count != count or now - state.named_at > NAMES_REFRESH:
+                # Also every NAMES_REFRESH seconds: a driver reloaded with as many counters in
+                # another order would otherwise be read by the old places.
                 state.count = count
-                state.buffer = array.array("Q", bytes(GSTATS_HEAD.size + 8 * count))  # the head is one u64
+                state.named_at = now
+                state.buffer = array.array("Q", bytes(GSTATS_HEAD.size + 8 * headroom(count)))  # head: one u64
                 state.picks.clear()
             if not count:
                 return {}
@@ -146,7 +155,7 @@ def _stats_count(sock: socket.socket, device: str) -> int:
 def _stat_names(sock: socket.socket, device: str, count: int) -> list[str]:
     """The driver's counter names (ETHTOOL_GSTRINGS), `count` of them or what the driver has
     now if that differs."""
-    buffer = array.array("B", bytes(GSTRINGS_HEAD.size + ETH_GSTRING_LEN * count))
+    buffer = array.array("B", bytes(GSTRINGS_HEAD.size + ETH_GSTRING_LEN * headroom(count)))
     GSTRINGS_HEAD.pack_into(buffer, 0, ETHTOOL_GSTRINGS, ETH_SS_STATS, count)
     ethtool_ioctl(sock, device, buffer)
     got = min(GSTRINGS_HEAD.unpack_from(buffer)[2], count)
@@ -156,12 +165,18 @@ def _stat_names(sock: socket.socket, device: str, count: int) -> list[str]:
             for i in range(got)]
 
 
+def headroom(count: int) -> int:
+    """Entries to allocate for `count` counters (see _read_ioctl)."""
+    return 2 * count + 256
+
+
 class _IoctlState:
     """A device's counter count, the value buffer (a u64 head, then the values) and
     name->index picks."""
 
     def __init__(self) -> None:
         self.count: int | None = None
+        self.named_at = 0.0  # when the names (and picks) were last fetched
         self.buffer = array.array("Q")
         self.picks: dict[frozenset[str], list[tuple[str, int]]] = {}
 

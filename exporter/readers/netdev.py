@@ -14,7 +14,7 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from exporter.readers.netlink import NetlinkError, attrs, dump
+from exporter.readers.netlink import DUMP_TRIES, NetlinkError, attrs, dump
 from exporter.root import Root, SourceError
 
 NET = "sys/class/net"
@@ -112,7 +112,7 @@ class NetdevReader:
             if self._ipr is None:
                 self._ipr = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
                 self._ipr.settimeout(NETLINK_TIMEOUT)
-            self._seq = (self._seq + 1) & 0xFFFFFFFF
+            self._seq = (self._seq + DUMP_TRIES) & 0xFFFFFFFF  # a dump may use as many
             msgs = dump(self._ipr, RTM_GETLINK, IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0), self._seq)
         except (OSError, NetlinkError) as e:
             self.close()  # a reply could still come: a new socket never reads it

@@ -20,6 +20,8 @@ NLMSG_ERROR = 2
 NLMSG_DONE = 3
 NLM_F_REQUEST = 1
 NLM_F_DUMP = 0x300  # NLM_F_ROOT | NLM_F_MATCH
+NLM_F_DUMP_INTR = 0x10  # the set changed while the dump ran: it may miss or repeat entries
+DUMP_TRIES = 3
 NLMSG_HDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 RECV_SIZE = 65536  # the kernel sizes a dump's messages to what the reader asks for
 
@@ -61,10 +63,21 @@ def error_code(payload: bytes | memoryview) -> int:
 
 def dump(sock: socket.socket, msg_type: int, body: bytes, seq: int) -> list[memoryview]:
     """Send a dump request and read its multipart answer up to NLMSG_DONE: the payloads
-    (after the 16-byte header) of the messages. Raises NetlinkError, or OSError when the
-    socket fails or times out; either way the caller should not reuse the socket."""
+    (after the 16-byte header) of the messages. A dump the kernel marks interrupted (links
+    came or went while it ran) is asked again, up to DUMP_TRIES times, with the next
+    sequence numbers. Raises NetlinkError, or OSError when the socket fails or times out;
+    either way the caller should not reuse the socket."""
+    for attempt in range(DUMP_TRIES):
+        out, interrupted = _dump_once(sock, msg_type, body, (seq + attempt) & 0xFFFFFFFF)
+        if not interrupted:
+            return out
+    raise NetlinkError(f"the dump was interrupted {DUMP_TRIES} times (devices changing)")
+
+
+def _dump_once(sock: socket.socket, msg_type: int, body: bytes, seq: int) -> tuple[list[memoryview], bool]:
     sock.send(message(msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, body))
     out: list[memoryview] = []
+    interrupted = False
     while True:
         data = memoryview(sock.recv(RECV_SIZE))
         if not data:
@@ -73,15 +86,20 @@ def dump(sock: socket.socket, msg_type: int, body: bytes, seq: int) -> list[memo
         while offset < len(data):
             if len(data) - offset < NLMSG_HDR.size:
                 raise NetlinkError(f"short message ({len(data) - offset} bytes)")
-            length, type_, _, msg_seq, _ = NLMSG_HDR.unpack_from(data, offset)
+            length, type_, flags, msg_seq, _ = NLMSG_HDR.unpack_from(data, offset)
             if length < NLMSG_HDR.size or offset + length > len(data):
                 raise NetlinkError(f"message of {length} bytes in {len(data) - offset}")
             payload = data[offset + NLMSG_HDR.size:offset + length]
             offset += (length + 3) & ~3
             if msg_seq != seq:
                 continue  # an earlier request's (the socket is kept between reads)
+            interrupted = interrupted or bool(flags & NLM_F_DUMP_INTR)
             if type_ == NLMSG_DONE:
-                return out
+                # Its payload, where there is one, is the dump's own error (a cut-short dump).
+                code = error_code(payload) if len(payload) >= 4 else 0
+                if code:
+                    raise NetlinkError(f"dump ended with: {os.strerror(code)}", code)
+                return out, interrupted
             if type_ == NLMSG_ERROR:
                 code = error_code(payload)
                 if code:
