@@ -22,9 +22,11 @@ READER = """
 import json, sys
 from exporter.readers.ethtool import DriverStatsReader, read_pause
 from exporter.readers.netdev import NetdevReader
+from exporter.inventory import InventoryOptions, discover
 from exporter.root import Root, SourceError
 root = Root("/")
 links, stats = NetdevReader(root), DriverStatsReader(root)
+memo = {}
 for line in sys.stdin:
     req, errors = json.loads(line), []
     try:
@@ -34,6 +36,10 @@ for line in sys.stdin:
             out = stats.read(req["device"], errors, None if req["wanted"] is None else frozenset(req["wanted"]))
         elif req["op"] == "pause":
             out = read_pause(root, req["device"])
+        elif req["op"] == "discover":
+            out = sorted(discover(root, InventoryOptions(), errors, memo))
+        elif req["op"] == "sysfs":
+            out = [root.read_int(path) for path in req["paths"]]
         else:
             out = sorted(m for m in ("pyroute2", "ssl", "ctypes") if m in sys.modules)
         answer = {"out": out, "errors": [[e.where, e.what] for e in errors]}
@@ -215,3 +221,25 @@ def test_a_vanished_device_is_an_error_naming_it(pair):
     # The readers carry on with the devices still there.
     assert reader.ask(op="stats", device="gnl2", wanted=None)["out"] == ethtool_stats(a, "gnl2")
     assert reader.ask(op="links", names=["gnl2"])["out"]["gnl2"]["mtu"] == ip_link(a, "gnl2")["mtu"]
+
+
+@pytest.mark.skipif(why_not() is not None, reason=str(why_not()))
+def test_kept_open_sysfs_files_follow_names_on_the_real_kernel(pair):
+    """The exporter keeps sysfs counters open and reads them again with pread (exporter/root.py).
+    On the kernel's own sysfs: two devices swap names, and after the next discovery each name
+    is read from the device that holds it now; a device deleted is an error naming its file."""
+    a, _ = pair
+    reader = Reader(a)
+    mtu = ["sys/class/net/gnl0/mtu", "sys/class/net/gnl2/mtu"]
+    assert "gnl0" in reader.ask(op="discover")["out"]
+    for _ in range(2):  # the second read keeps them open
+        assert reader.ask(op="sysfs", paths=mtu)["out"] == [1500, 9000]
+    for dev, new in (("gnl0", "gswap"), ("gnl2", "gnl0"), ("gswap", "gnl2")):
+        a.run(["ip", "link", "set", dev, "down"])
+        a.run(["ip", "link", "set", dev, "name", new])
+    assert [ip_link(a, "gnl0")["mtu"], ip_link(a, "gnl2")["mtu"]] == [9000, 1500]
+    reader.ask(op="discover")
+    assert reader.ask(op="sysfs", paths=mtu)["out"] == [9000, 1500]
+    a.run(["ip", "link", "del", "gnl2"])  # the veth that was gnl0, with its peer in b
+    answer = reader.ask(op="sysfs", paths=mtu[1:])
+    assert answer["raised"][0].endswith("sys/class/net/gnl2/mtu"), answer
