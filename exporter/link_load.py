@@ -12,7 +12,6 @@ from exporter.samples import Sample
 from gpunet.contract import (
     ACTIVE_RATIO,
     NETWORK_STATES,
-    NIC_PFC_PAUSE_FRAMES,
     NIC_RECEIVE_BYTES,
     NIC_SATURATED_SECONDS,
     NIC_TRANSMIT_BYTES,
@@ -39,17 +38,15 @@ class LinkLoad:
         self.tick_seconds = 0.0  # length of the latest tick
 
     def update(self, now: float, nics: dict[str, Nic], wire: list[Sample],
-               received_pauses: dict[str, float] | None = None) -> list[Sample]:
-        """`received_pauses`: the pause frames each NIC received (summed over priorities), where
-        the wire collector sums them itself; None: summed from the wire's pause frame samples."""
+               pauses_now: dict[str, float]) -> list[Sample]:
+        """`wire`: the wire collector's byte counters; `pauses_now`: the pause frames each NIC
+        received, summed over priorities by that collector (it makes the per-priority
+        series only once a slow interval)."""
         bytes_now: dict[tuple[str, str], float] = {}
-        pauses_now: dict[str, float] = {} if received_pauses is None else received_pauses
         for s in wire:
             direction = _DIRECTION.get(s.metric.name)
             if direction is not None:
                 bytes_now[(s.labels[0], direction)] = s.value
-            elif received_pauses is None and s.metric is NIC_PFC_PAUSE_FRAMES and s.labels[1] == "receive":
-                pauses_now[s.labels[0]] = pauses_now.get(s.labels[0], 0.0) + s.value
 
         dt = 0.0 if self._last_time is None else now - self._last_time
         paused = saturated = active = False

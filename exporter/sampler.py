@@ -152,13 +152,10 @@ class Sampler:
         ctx = TickContext(now, self.nics, refresh_all=refresh_all)
         self.last_fast_tick = time.monotonic()
         calls: dict[str, Callable[[], object]] = {}
-        wire: dict[str, tuple[tuple[list[Sample], float, list[SourceError], list[Sample] | None], dict]] = {}
+        wire: dict[str, tuple[list[Sample], dict[str, float]]] = {}  # what the wire gave this tick
         context = [ctx]
         for c in self.link_load_inputs:
-            # The received pause frames per NIC, summed by the collector, come with its samples:
-            # on most ticks it makes no per-priority samples.
-            calls[c.name] = lambda c=c: wire.setdefault(
-                c.name, (self._collect(c, ctx), getattr(c, "received_pauses", None)))[0]
+            calls[c.name] = lambda c=c: self._collect_wire(c, ctx, wire)
         if self.link_load_inputs:
             calls[LINK_LOAD] = lambda: self._derive_link_load(context, wire)
         for c in self.fast:
@@ -173,16 +170,24 @@ class Sampler:
             log.error("link_load failed: %r", derived)
         self.first_fast_tick_done.set()
 
-    def _derive_link_load(self, context: list[TickContext], wire: dict) -> tuple[list[Sample], float]:
-        """Saturated seconds and the node's network state from the wire's (monotonic) samples
-        and received pause frames; the collectors after it in the tick see that state
-        through `context`."""
+    def _collect_wire(self, collector: Collector, ctx: TickContext,
+                      wire: dict[str, tuple[list[Sample], dict[str, float]]]):
+        """_collect for a collector link_load derives from: its (monotonic) samples and the
+        pause frames it summed per NIC (on most ticks it makes no per-priority samples) are
+        kept in `wire` for link_load, after it in the same tick."""
+        result = self._collect(collector, ctx)
+        wire[collector.name] = (result[0], getattr(collector, "received_pauses", {}))
+        return result
+
+    def _derive_link_load(self, context: list[TickContext],
+                          wire: dict[str, tuple[list[Sample], dict[str, float]]]) -> tuple[list[Sample], float]:
+        """Saturated seconds and the node's network state from what the wire gave this tick;
+        the collectors after it in the tick see that state through `context`."""
         started = time.perf_counter()
         ctx = context[0]
-        samples = [s for result, _ in wire.values() for s in result[0]]
-        summed = [pauses for _, pauses in wire.values() if pauses is not None]
-        received_pauses = {d: n for pauses in summed for d, n in pauses.items()} if summed else None
-        derived = self.link_load.update(ctx.now, ctx.nics, samples, received_pauses)
+        samples = [s for got, _ in wire.values() for s in got]
+        received = {device: n for _, pauses in wire.values() for device, n in pauses.items()}
+        derived = self.link_load.update(ctx.now, ctx.nics, samples, received)
         context[0] = replace(ctx, network_state=self.link_load.network_state)
         return derived, time.perf_counter() - started
 

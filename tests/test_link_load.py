@@ -3,7 +3,7 @@
 from exporter.inventory import Nic
 from exporter.link_load import LinkLoad
 from exporter.samples import Sample
-from gpunet.contract import NIC_PFC_PAUSE_FRAMES, NIC_RECEIVE_BYTES, NIC_TRANSMIT_BYTES
+from gpunet.contract import NIC_RECEIVE_BYTES, NIC_TRANSMIT_BYTES
 
 SPEED = 100e9 / 8  # 100 Gb/s in bytes per second
 TICK = 0.2
@@ -25,9 +25,8 @@ def feed(load, nics, per_tick):
             ratio, pause = step.get(d, (0.0, 0))
             tx[d] += ratio * SPEED * TICK
             pauses[d] += pause
-            samples += [Sample(NIC_TRANSMIT_BYTES, (d,), tx[d]), Sample(NIC_RECEIVE_BYTES, (d,), 0.0),
-                        Sample(NIC_PFC_PAUSE_FRAMES, (d, "receive", "3"), pauses[d])]
-        out = load.update(i * TICK, nics, samples)
+            samples += [Sample(NIC_TRANSMIT_BYTES, (d,), tx[d]), Sample(NIC_RECEIVE_BYTES, (d,), 0.0)]
+        out = load.update(i * TICK, nics, samples, dict(pauses))
         states.append(load.network_state)
     return out, states[1:]
 
