@@ -34,7 +34,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
 
+from exporter_vs_node_exporter import cpu_seconds  # noqa: E402  (a process's utime+stime, from /proc)
 from procs import Process, free_port, http_get, wait_for  # noqa: E402  (the tests' process helpers)
 
 from gpunet.trace_cli import load, prometheus_command  # noqa: E402
@@ -42,7 +44,6 @@ from gpunet.victoria import import_trace, victoria_command  # noqa: E402
 
 SOURCES = ("file", "prometheus", "victoria")
 SLACK_S = 120.0  # two windows: 1 h of 15 s scrapes is read in windows of 60 s
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def trace_of(data: Path, nodes: int) -> Path:
@@ -97,11 +98,6 @@ def prepared(data: Path, nodes: int) -> dict:
         facts["victoria_load_s"] = time.perf_counter() - started
         facts_file.write_text(json.dumps(facts))
     return facts
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
 def run_diagnose(args: list[str], folder: Path) -> dict:

@@ -183,13 +183,14 @@ class FrameBuilder:
                 values = reduce(column, t, v, e)
             if column.table == "nic":
                 key = (instance, labels.get("device", ""))
-                if column.how == "increase":
+                if column.how == INCREASE:
                     self._acc(self.nic, key, target, values)
                 else:
                     self.nic.setdefault(key, {})[target] = values
             elif column.table == "node":
                 self._acc(self.node, instance, target, values)
             else:  # per GPU: summed per node, kept per GPU, and at the fine grain (sustained vs brief idle)
+                assert column.how == INCREASE  # every GPU column counts seconds (columns.py): its deltas are above
                 self._acc(self.node, instance, target, values)
                 self._acc(self.gpu, (instance, labels.get("gpu", "")), "busy" if target == "busy" else "idle", values)
                 fine = binned(later, grown, self.fine_edges)

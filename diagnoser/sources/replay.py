@@ -207,12 +207,12 @@ class _TraceReader:
                 block = prepared.block
                 yield from self._runs(block, _runs_of(block, prepared), prepared.values, prepared.stamps)
                 return
-        block = body.data[int(body.starts[a]):int(body.ends[b - 1]) + 1]
-        if self.skip_family and block.startswith(self.family_b) and \
-                block.count(b"\n" + self.family_b, 0, len(block) - 1) == b - a - 1:
-            self.lineno += b - a  # a family the diagnoser does not read, whole
+        data, lo, hi = body.data, int(body.starts[a]), int(body.ends[b - 1]) + 1
+        if self.skip_family and data.startswith(self.family_b, lo, hi) and \
+                data.count(b"\n" + self.family_b, lo, hi - 1) == b - a - 1:
+            self.lineno += b - a  # a family the diagnoser does not read, whole: counted, not copied
             return
-        for line in block[:-1].split(b"\n"):
+        for line in data[lo:hi - 1].split(b"\n"):
             yield from self._line(line)
 
     def _runs(self, block: bytes, runs: list[tuple[int, int, int, int, bool]], values: np.ndarray,
