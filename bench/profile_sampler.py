@@ -6,18 +6,15 @@
 Builds the Sampler exactly as `gpunet-exporter` does (exporter.cli.make_sampler) over a
 fixture (by default a fresh bench/make_fixture.py node), then runs --seconds of exporter
 time of ticks back to back (one slow tick per --slow-interval, one fast tick per
---fast-interval, without the sleeps), three times over:
+--fast-interval, without the sleeps) on a lane's worker thread, as the running exporter
+does, three times over:
 
-1. plain: CPU per tick of each thread, from /proc/self/task/TID/schedstat (kernel time
-   and thread wake-ups included), and the tick's wall time. This is what the exporter
-   pays; the other two passes add their own overhead.
+1. plain: CPU per tick (the worker's own clock, kernel time included) and wall time. This
+   is what the exporter pays in its ticks; the other two passes add their own overhead.
 2. categories: the functions that read the machine, call NVML, make counters monotonic,
-   derive link_load, publish, collect and hand calls to a worker are timed (exclusive wall
-   time, per thread, whatever thread they run on): the time of a tick per category.
-   "hand-off" is the time the tick thread spends in BoundedCalls.run beyond the worker's
-   own work: queueing, waking the worker, waking back.
-3. with --functions: cProfile, enabled inside every worker thread as well as on the tick
-   thread, merged; the top functions by own time.
+   derive link_load, publish, collect and keep calls under their time limits are timed
+   (exclusive wall time): the time of a tick per category.
+3. with --functions: cProfile of the worker; the top functions by own time.
 
 Then the render of a scrape body (OpenMetrics, gzip) after each second of ticks, split
 into gathering the families, formatting (the families whose samples changed) and gzip.
@@ -52,37 +49,7 @@ from exporter.cli import make_sampler  # noqa: E402
 from exporter.registry import Registry  # noqa: E402
 from exporter.settings import build_parser  # noqa: E402
 
-
-# --- per-thread CPU ------------------------------------------------------------------------
-def thread_cpu_ns(own_first: bool) -> dict[str, int]:
-    """On-CPU nanoseconds of each living thread of this process, by thread name (lanes
-    that were replaced keep their numbered names). The calling thread's own clock is read
-    first after a tick and last before one, so that reading the others is not counted."""
-    out = {}
-    me = threading.current_thread()
-    if own_first:
-        out[me.name] = time.thread_time_ns()
-    for t in threading.enumerate():
-        if t is me:
-            continue
-        try:
-            with open(f"/proc/self/task/{t.native_id}/schedstat") as f:
-                out[t.name] = int(f.read().split()[0])
-        except (OSError, ValueError, TypeError):
-            continue
-    if not own_first:
-        out[me.name] = time.thread_time_ns()
-    return out
-
-
-def lane_group(name: str) -> str:
-    """gpunet-fast-collectors-1 -> gpunet-fast-collectors"""
-    stem, _, tail = name.rpartition("-")
-    return stem if tail.isdigit() else name
-
-
-HANDOFF = "hand-off: queue, wake the worker, wake back"
-WORKER = "worker batch (outer)"
+FRAMES = "time limits: noting each bounded call"
 
 
 # --- exclusive timers per category ---------------------------------------------------------
@@ -93,7 +60,6 @@ class Categories:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
-        self.worker_inclusive = 0.0  # the workers' whole batches, what the tick thread waited for
         self._local = threading.local()
         self._lock = threading.Lock()
 
@@ -113,9 +79,6 @@ class Categories:
                 end = time.perf_counter()
                 cat, since = stack.pop()
                 self._charge(cat, end - since, call=True)
-                if category == WORKER:
-                    with self._lock:
-                        self.worker_inclusive += end - now
                 if stack:
                     stack[-1][1] = end
         return timed
@@ -138,7 +101,6 @@ class Categories:
         with self._lock:
             self.seconds.clear()
             self.calls.clear()
-            self.worker_inclusive = 0.0
 
 
 def instrument(cats: Categories, sampler) -> None:
@@ -156,7 +118,7 @@ def instrument(cats: Categories, sampler) -> None:
     cats.patch(MonotonicCounters, "apply", "counters (monotonic)")
     cats.patch(LinkLoad, "update", "link_load")
     cats.patch(Registry, "publish", "publish")
-    cats.patch(bounded.BoundedCalls, "run", HANDOFF)
+    cats.patch(bounded.BoundedCalls, "_run_on", FRAMES)
     if sampler.gpus is not None:
         backend = sampler.gpus.backend
         for attr in ("activity", "details", "health", "processes", "mig_uuids", "xid_counts"):
@@ -167,14 +129,6 @@ def instrument(cats: Categories, sampler) -> None:
         inner = getattr(collector, "collector", collector)  # a Refreshed wrapper's own collector
         for obj in {id(collector): collector, id(inner): inner}.values():
             obj.collect = cats.wrap("collect: Python per-sample work", obj.collect)
-    # The worker's own time in the batch counts as work, not hand-off: charge it to a
-    # category of its own on the worker thread; the tick thread's wait is cut by as much.
-    original_submit = bounded._Lane.submit
-
-    def submit(self, fn):
-        return original_submit(self, cats.wrap(WORKER, fn))
-
-    bounded._Lane.submit = submit
 
 
 # --- the passes ----------------------------------------------------------------------------
@@ -197,23 +151,27 @@ class Clock:
 
 
 def run_ticks(sampler, clock: Clock, n_slow: int, fast_per_slow: int, cpu: dict | None = None,
-              wall: dict | None = None) -> None:
-    for _ in range(n_slow):
-        for tick, now in clock.ticks(fast_per_slow):
-            measure(functools.partial(sampler.fast_tick if tick == "fast" else sampler.slow_tick, now),
-                    tick, cpu, wall)
+              wall: dict | None = None, each=None) -> None:
+    """Ticks as the running exporter's lanes run them: on a lane's worker (their bounded calls
+    inline, under the time limits), called directly rather than handed over one by one."""
+    def ticks() -> None:
+        for _ in range(n_slow):
+            for tick, now in clock.ticks(fast_per_slow):
+                fn = sampler._fast_tick if tick == "fast" else sampler._slow_tick
+                if each is not None:
+                    each(tick, functools.partial(fn, now))
+                    continue
+                c0, t0 = time.thread_time_ns(), time.perf_counter()
+                fn(now)
+                if wall is not None:
+                    wall[tick] += time.perf_counter() - t0
+                if cpu is not None:
+                    cpu[tick] += time.thread_time_ns() - c0
+
+    LANE.call(ticks)
 
 
-def measure(fn, tick: str, cpu: dict | None, wall: dict | None) -> None:
-    before = thread_cpu_ns(own_first=False) if cpu is not None else None
-    t0 = time.perf_counter()
-    fn()
-    if wall is not None:
-        wall[tick] += time.perf_counter() - t0
-    if cpu is not None:
-        after = thread_cpu_ns(own_first=True)
-        for name, ns in after.items():
-            cpu[tick][lane_group(name)] += ns - before.get(name, 0)
+LANE = bounded.Lane("gpunet-profile")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,16 +209,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{n_slow} slow ticks and {n_fast} fast ticks per pass = {exporter_seconds:g} s of exporter time")
 
     # 1. plain
-    cpu: dict[str, dict[str, int]] = {"fast": defaultdict(int), "slow": defaultdict(int)}
+    cpu = {"fast": 0, "slow": 0}
     wall = {"fast": 0.0, "slow": 0.0}
     run_ticks(sampler, clock, n_slow, fast_per_slow, cpu, wall)
-    print("\n1. plain: CPU per tick by thread (schedstat), ms")
+    print("\n1. plain: CPU per tick on the lane's worker, ms")
     for tick, n in (("fast", n_fast), ("slow", n_slow)):
-        threads = ", ".join(f"{name} {ns / 1e6 / n:.3f}" for name, ns in sorted(cpu[tick].items(), key=lambda x: -x[1])
-                            if ns > 0)
-        total = sum(cpu[tick].values()) / 1e6 / n
-        print(f"  {tick} tick: CPU {total:.3f} ms (wall {1e3 * wall[tick] / n:.3f} ms): {threads}")
-    ticks_cpu = (sum(cpu["fast"].values()) + sum(cpu["slow"].values())) / 1e9
+        print(f"  {tick} tick: CPU {cpu[tick] / 1e6 / n:.3f} ms (wall {1e3 * wall[tick] / n:.3f} ms)")
+    ticks_cpu = (cpu["fast"] + cpu["slow"]) / 1e9
     print(f"  ticks alone: {100 * ticks_cpu / exporter_seconds:.2f}% of one core")
 
     # 2. categories: the timers are reset before each tick and read after it
@@ -269,58 +224,40 @@ def main(argv: list[str] | None = None) -> int:
     per_tick: dict[str, dict[str, float]] = {"fast": defaultdict(float), "slow": defaultdict(float)}
     calls: dict[str, dict[str, int]] = {"fast": defaultdict(int), "slow": defaultdict(int)}
     tick_wall = {"fast": 0.0, "slow": 0.0}
-    for _ in range(n_slow):
-        for tick, now in clock.ticks(fast_per_slow):
-            cats.reset()
-            t0 = time.perf_counter()
-            (sampler.fast_tick if tick == "fast" else sampler.slow_tick)(now)
-            tick_wall[tick] += time.perf_counter() - t0
-            for k, v in cats.seconds.items():
-                per_tick[tick][k] += v
-            for k, c in cats.calls.items():
-                calls[tick][k] += c
-            per_tick[tick][HANDOFF] -= cats.worker_inclusive
+    def categorised(tick: str, fn) -> None:
+        cats.reset()
+        t0 = time.perf_counter()
+        fn()
+        tick_wall[tick] += time.perf_counter() - t0
+        for k, v in cats.seconds.items():
+            per_tick[tick][k] += v
+        for k, c in cats.calls.items():
+            calls[tick][k] += c
+
+    run_ticks(sampler, clock, n_slow, fast_per_slow, each=categorised)
     for tick, n in (("fast", n_fast), ("slow", n_slow)):
         seconds = per_tick[tick]
-        # The tick thread waits in run() while the worker runs the batch: that part is work,
-        # counted in its categories (above); a batch's own code is hand-off.
-        seconds[HANDOFF] += seconds.pop(WORKER, 0.0)
-        calls[tick].pop(WORKER, None)
-        seconds["tick thread, other"] = tick_wall[tick] - sum(seconds.values())
+        seconds["tick, other"] = tick_wall[tick] - sum(seconds.values())
         print(f"\n2. {tick} tick by category: wall ms per tick, exclusive (timers' own overhead included; "
               f"wall {1e3 * tick_wall[tick] / n:.3f} ms)")
         for k, v in sorted(seconds.items(), key=lambda x: -x[1]):
             count = calls[tick].get(k)
             print(f"  {1e3 * v / n:8.3f}  {k}" + (f"  ({count / n:.0f} calls)" if count else ""))
 
-    # 3. functions, every thread
+    # 3. functions
     if args.functions:
-        profiles: list[cProfile.Profile] = []
-        original_submit = bounded._Lane.submit
+        prof = cProfile.Profile()
 
-        def submit(self, fn):
-            def profiled():
-                prof = cProfile.Profile()
-                profiles.append(prof)
-                prof.enable()
-                try:
-                    return fn()
-                finally:
-                    prof.disable()
-            return original_submit(self, profiled)
+        def profiled(tick: str, fn) -> None:
+            prof.enable()
+            fn()
+            prof.disable()
 
-        bounded._Lane.submit = submit
-        main_prof = cProfile.Profile()
-        main_prof.enable()
-        run_ticks(sampler, clock, n_slow, fast_per_slow)
-        main_prof.disable()
-        bounded._Lane.submit = original_submit
+        run_ticks(sampler, clock, n_slow, fast_per_slow, each=profiled)
         out = io.StringIO()
-        stats = pstats.Stats(main_prof, stream=out)
-        for prof in profiles:
-            stats.add(prof)
+        stats = pstats.Stats(prof, stream=out)
         stats.sort_stats(args.sort).print_stats(args.top)
-        print("\n3. functions, every thread (cProfile, with its overhead, timers of pass 2 included):")
+        print("\n3. functions (cProfile, with its overhead, timers of pass 2 included):")
         print(out.getvalue())
 
     # 4. render, once a second of ticks (as scraped at 1 Hz): what changed since is formatted anew
@@ -340,8 +277,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{1e3 * gather / n_render:.3f} ms, "
           f"format {1e3 * fmt / n_render:.3f} ms, gzip {1e3 * zipped / n_render:.3f} ms")
 
-    sampler._slow_calls.close()
-    sampler._fast_calls.close()
+    LANE.close()
     for collector in [*sampler.link_load_inputs, *sampler.fast, *sampler.slow]:
         close = getattr(collector, "close", None)
         if close:

@@ -3,9 +3,14 @@
 A 15 s scrape averages a 300 ms all-reduce burst at line rate into a modest rate; counting
 at the fast tick keeps it (docs/metrics.md). Computed from the wire collector's samples
 after they were made monotonic, so a counter reset never reads as a burst.
+
+The fast tick only adds up (`update`); the samples are made when a scrape asks for them
+(`samples`), once a scrape rather than five times a second.
 """
 
 from __future__ import annotations
+
+import threading
 
 from exporter.inventory import Nic
 from exporter.samples import Sample
@@ -36,12 +41,18 @@ class LinkLoad:
         self.bursts = 0
         self.network_state = "quiet"  # of the latest tick
         self.tick_seconds = 0.0  # length of the latest tick
+        self._nics: dict[str, Nic] = {}  # of the latest tick
+        # Held by `update` (the fast tick) and `samples` (a scrape): a scrape sees a whole tick.
+        self._lock = threading.Lock()
 
-    def update(self, now: float, nics: dict[str, Nic], wire: list[Sample],
-               pauses_now: dict[str, float]) -> list[Sample]:
+    def update(self, now: float, nics: dict[str, Nic], wire: list[Sample], pauses_now: dict[str, float]) -> None:
         """`wire`: the wire collector's byte counters; `pauses_now`: the pause frames each NIC
         received, summed over priorities by that collector (it makes the per-priority
         series only once a slow interval)."""
+        with self._lock:
+            self._update(now, nics, wire, pauses_now)
+
+    def _update(self, now: float, nics: dict[str, Nic], wire: list[Sample], pauses_now: dict[str, float]) -> None:
         bytes_now: dict[tuple[str, str], float] = {}
         for s in wire:
             direction = _DIRECTION.get(s.metric.name)
@@ -73,18 +84,22 @@ class LinkLoad:
                 self.bursts += 1
             self.network_state = state
         self.tick_seconds = dt
-        self._last, self._last_pauses, self._last_time = bytes_now, pauses_now, now
-
+        self._last, self._last_pauses, self._last_time, self._nics = bytes_now, pauses_now, now, nics
         for key in list(self.saturated_seconds):
             if key[0] not in nics:  # the NIC left: its series go with it
                 del self.saturated_seconds[key]
-        out = []
-        for device, nic in nics.items():
-            if nic.speed_bytes_per_second:
-                for direction in ("receive", "transmit"):
-                    if (device, direction) in bytes_now:
-                        value = self.saturated_seconds.setdefault((device, direction), 0.0)
-                        out.append(Sample(NIC_SATURATED_SECONDS, (device, direction), value))
-        out.extend(Sample(NODE_NETWORK_STATE_SECONDS, (state,), secs) for state, secs in self.state_seconds.items())
-        out.append(Sample(NODE_NETWORK_BURSTS, (), float(self.bursts)))
-        return out
+
+    def samples(self) -> list[Sample]:
+        """The series as of the latest tick: saturated seconds of each NIC with a known speed
+        whose bytes that tick read, seconds in each network state, bursts."""
+        with self._lock:
+            out = []
+            for device, nic in self._nics.items():
+                if nic.speed_bytes_per_second:
+                    for direction in ("receive", "transmit"):
+                        if (device, direction) in self._last:
+                            value = self.saturated_seconds.get((device, direction), 0.0)
+                            out.append(Sample(NIC_SATURATED_SECONDS, (device, direction), value))
+            out.extend(Sample(NODE_NETWORK_STATE_SECONDS, (state,), secs) for state, secs in self.state_seconds.items())
+            out.append(Sample(NODE_NETWORK_BURSTS, (), float(self.bursts)))
+            return out

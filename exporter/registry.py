@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -52,6 +53,8 @@ class Registry:
         self._samples: dict[str, list[Sample]] = {}
         # A fast collector's `refreshed_series` (exporter/samples.py), as of its last refresh.
         self._refreshed: dict[str, list[Sample]] = {}
+        # A fast collector's `live_samples` (exporter/samples.py): made when a scrape asks.
+        self._live: dict[str, Callable[[], list[Sample]]] = {}
         self._status: dict[str, CollectorStatus] = {}
         self._ticks: dict[str, list[float]] = {}  # tick -> [interval, count, late]
         self._generation = 0
@@ -66,14 +69,19 @@ class Registry:
 
     # --- written by the sampler ---------------------------------------------------------
     def publish(self, collector: str, samples: list[Sample], duration: float, errors: int,
-                refreshed: list[Sample] | None = None) -> None:
+                refreshed: list[Sample] | None = None, live: Callable[[], list[Sample]] | None = None) -> None:
         """Store a collector's run: its samples replace the previous ones, so the series of
         a source that failed are gone from the next scrape rather than frozen. `refreshed`,
         where not None, replaces the series it refreshes only once a slow interval; None
-        keeps those of its last refresh."""
+        keeps those of its last refresh. `live`, where not None, makes the rest of its
+        series when a scrape asks (thread-safe); None: it has none (a failed run)."""
         with self._lock:
             if refreshed is not None:
                 self._refreshed[collector] = refreshed
+            if live is not None:
+                self._live[collector] = live
+            else:
+                self._live.pop(collector, None)
             status = self._status.setdefault(collector, CollectorStatus())
             status.up = errors == 0
             status.duration = duration
@@ -111,7 +119,11 @@ class Registry:
     def published(self) -> dict[str, list[Sample]]:
         """The latest samples of each collector (inventory and link_load included), by its name."""
         with self._lock:
-            return {k: [*v, *self._refreshed.get(k, ())] for k, v in self._samples.items()}
+            published = {k: [*v, *self._refreshed.get(k, ())] for k, v in self._samples.items()}
+            live = dict(self._live)
+        for k, make in live.items():  # outside the registry's lock: they take their collector's
+            published[k] = [*published.get(k, ()), *make()]
+        return published
 
     # --- read by the server -------------------------------------------------------------
     def render(self, openmetrics: bool, gzipped: bool = False) -> bytes:
@@ -130,6 +142,7 @@ class Registry:
     def families(self) -> list[Family]:
         with self._lock:
             published = [*self._samples.values(), *self._refreshed.values()]
+            live = list(self._live.values())
             status = [(k, v.up, v.duration, v.errors_total, v.last_run) for k, v in self._status.items()]
             ticks = {k: list(v) for k, v in self._ticks.items()}
             bad_requests = self._bad_requests
@@ -146,6 +159,7 @@ class Registry:
         for tick, (interval, count, late) in ticks.items():
             self_samples += [Sample(TICK_INTERVAL, (tick,), interval), Sample(TICKS, (tick,), count),
                              Sample(TICKS_LATE, (tick,), late)]
+        published += [make() for make in live]  # outside the registry's lock: they take their collector's
         published.append(self_samples)
         # A thousand samples a scrape, grouped by family as they were published (the
         # renderer reads them as they are, and sorting puts each family's in label order).

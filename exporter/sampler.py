@@ -14,11 +14,13 @@ each collector module registered itself. Discovery and link_load are the sampler
 steps, not registered collectors: every collector depends on the inventory, and
 link_load derives from the wire collector's samples rather than reading a source.
 
-Every read of the host is bounded in time: each tick hands its collectors (and discovery)
-to exporter/bounded.py, so a source that blocks (a sysfs read stuck in a driver) costs its
-own collector's series and `up`, for as long as it hangs, and nothing else: the tick goes on
-with the other collectors. Ticks of one kind never overlap: a tick that overruns delays the
-next, which is counted (gpunet_exporter_ticks_late_total) rather than piled up.
+Each kind of tick runs on a worker thread of its own (an exporter/bounded.py lane) that
+wakes on its own schedule, with no hand-off per tick. Every read of the host is bounded in
+time: each collector (and discovery) runs under a time limit a watchdog thread checks, so a
+source that blocks (a sysfs read stuck in a driver) costs its own collector's series and
+`up`, for as long as it hangs, and nothing else: the tick starts again on a fresh worker and
+goes on with the other collectors. Ticks of one kind never overlap: a tick that overruns
+delays the next, which is counted (gpunet_exporter_ticks_late_total) rather than piled up.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import NamedTuple
 
 import exporter.collectors  # noqa: F401  (importing the package registers every collector)
-from exporter.bounded import BoundedCalls, Hung
+from exporter.bounded import BoundedCalls, Hung, Lane, Watchdog
 from exporter.collector_registry import CollectorSetup, Registration, default_names, registered
 from exporter.counters import MonotonicCounters
 from exporter.inventory import InventoryOptions, Nic, discover
@@ -48,6 +51,16 @@ log = logging.getLogger("gpunet.exporter")
 MAX_LOGGED_PROBLEMS = 1000
 LINK_LOAD = "link_load"  # the collector label of what link_load.py derives
 INVENTORY = "inventory"  # the collector label of discovery
+
+
+class Collected(NamedTuple):
+    """A collector's run, as the sampler publishes it."""
+
+    samples: list[Sample]
+    duration: float  # seconds, the collect alone
+    errors: list[SourceError]
+    refreshed: list[Sample] | None  # its `refreshed_series` where this tick refreshed them; None: the last stand
+    live: Callable[[], list[Sample]] | None  # its `live_samples`; None where it has none or the run was lost
 
 
 class Sampler:
@@ -80,9 +93,10 @@ class Sampler:
         self._failing: set[str] = set()
         self._slow_calls = BoundedCalls("gpunet-slow-collectors")
         self._fast_calls = BoundedCalls("gpunet-fast-collectors")
-        self._stop = threading.Event()
-        self._first_slow_tick = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._slow_lane = Lane("gpunet-slow")
+        self._fast_lane = Lane("gpunet-fast")
+        self._watchdog: Watchdog | None = None
+        self._fast_started = False
         self.last_fast_tick = time.monotonic()
         self.first_fast_tick_done = threading.Event()
         self._last_refresh: float | None = None  # the time (ctx.now) of the last fast tick that refreshed all
@@ -103,9 +117,27 @@ class Sampler:
     def fast_timeout(self) -> float:
         return max(2 * self.fast_interval, 0.2)
 
+    @property
+    def watchdog_interval(self) -> float:
+        """How often the watchdog looks for a hung call: once a slow interval (at most once a
+        second, at least once a fast time limit). Each look wakes a thread, which costs as
+        much CPU as a fast tick's reads on a VM; a hang is rare, and costs at most this long
+        again (a few late fast ticks, counted) before the tick goes on without it."""
+        return max(min(self.slow_interval, 1.0), self.fast_timeout)
+
     def slow_tick(self, now: float | None = None) -> None:
-        """One slow tick, in one hand-off to its worker: discovery, then the slow collectors,
-        which see the NICs it found (the last inventory where it failed or hung)."""
+        """One slow tick, run on its lane's worker while this thread waits (tests, one-off
+        scrapes; the running exporter's lanes tick on their own schedule)."""
+        self._slow_lane.call(lambda: self._slow_tick(now))
+
+    def fast_tick(self, now: float | None = None) -> None:
+        """One fast tick, as `slow_tick`; `now` (monotonic seconds) lets tests run ticks on a
+        clock of their own."""
+        self._fast_lane.call(lambda: self._fast_tick(now))
+
+    def _slow_tick(self, now: float | None = None) -> None:
+        """Discovery, then the slow collectors, which see the NICs it found (the last
+        inventory where it failed or hung)."""
         started = time.perf_counter()
         errors: list[SourceError] = []
         context = [TickContext(time.monotonic() if now is None else now, self.nics)]
@@ -133,13 +165,10 @@ class Sampler:
             errors.append(result if isinstance(result, SourceError) else SourceError(INVENTORY, repr(result)))
         self._report(INVENTORY, [], took[0] if took else time.perf_counter() - started, errors)
         self._publish_all(self.slow, results, self.slow_timeout)
-        self._first_slow_tick.set()
 
-    def fast_tick(self, now: float | None = None) -> None:
-        """One fast tick; `now` (monotonic seconds) lets tests run ticks on a clock of their own.
-
-        One hand-off to the tick's worker: the wire collector, link_load derived from its
-        samples, then the other fast collectors, which see the network state link_load set."""
+    def _fast_tick(self, now: float | None = None) -> None:
+        """The wire collector, link_load derived from its samples, then the other fast
+        collectors, which see the network state link_load set."""
         now = time.monotonic() if now is None else now
         # Half a fast interval of slack: a tick woken a little early still refreshes, so the
         # refresh comes every slow interval rather than every slow interval plus a fast one.
@@ -164,8 +193,8 @@ class Sampler:
         results = self._fast_calls.run(calls, timeout=self.fast_timeout, in_order=True)
         derived = results.pop(LINK_LOAD, None)
         self._publish_all([*self.link_load_inputs, *self.fast], results, self.fast_timeout)
-        if isinstance(derived, tuple):
-            self.registry.publish(LINK_LOAD, derived[0], derived[1], 0)
+        if isinstance(derived, float):
+            self.registry.publish(LINK_LOAD, [], derived, 0, live=self.link_load.samples)
         elif derived is not None:  # a bug in link_load: logged, its series kept from the last tick
             log.error("link_load failed: %r", derived)
         self.first_fast_tick_done.set()
@@ -180,21 +209,22 @@ class Sampler:
         return result
 
     def _derive_link_load(self, context: list[TickContext],
-                          wire: dict[str, tuple[list[Sample], dict[str, float]]]) -> tuple[list[Sample], float]:
-        """Saturated seconds and the node's network state from what the wire gave this tick;
-        the collectors after it in the tick see that state through `context`."""
+                          wire: dict[str, tuple[list[Sample], dict[str, float]]]) -> float:
+        """Saturated seconds and the node's network state from what the wire gave this tick
+        (its duration returned); the collectors after it in the tick see that state through
+        `context`."""
         started = time.perf_counter()
         ctx = context[0]
         samples = [s for got, _ in wire.values() for s in got]
         received = {device: n for _, pauses in wire.values() for device, n in pauses.items()}
-        derived = self.link_load.update(ctx.now, ctx.nics, samples, received)
+        self.link_load.update(ctx.now, ctx.nics, samples, received)
         context[0] = replace(ctx, network_state=self.link_load.network_state)
-        return derived, time.perf_counter() - started
+        return time.perf_counter() - started
 
     def _publish_all(self, collectors: list[Collector], results: dict, timeout: float) -> None:
         for collector in collectors:
             result = results.get(collector.name)
-            if isinstance(result, tuple):
+            if isinstance(result, Collected):
                 self._report(collector.name, *result)
             else:
                 # One wording while it stays hung, so that it is logged once (_report).
@@ -202,11 +232,9 @@ class Sampler:
                     collector.name, f"hung: no answer within {timeout:g}s; its series are left out until it answers")],
                     [])
 
-    def _collect(self, collector: Collector, ctx: TickContext
-                 ) -> tuple[list[Sample], float, list[SourceError], list[Sample] | None]:
-        """Run on the tick's worker: the collector's samples, made monotonic, its run time
-        (the collect alone), its problems, and apart its `refreshed_series` where this tick
-        refreshed them (None: the last refresh stands)."""
+    def _collect(self, collector: Collector, ctx: TickContext) -> Collected:
+        """The collector's run: its samples made monotonic, and apart its `refreshed_series`
+        and `live_samples` (exporter/samples.py)."""
         started = time.perf_counter()
         errors: list[SourceError] = []
         refreshed_series: frozenset[str] = getattr(collector, "refreshed_series", frozenset())
@@ -229,18 +257,20 @@ class Sampler:
             if counters is None:
                 counters = self._counters[collector.name] = MonotonicCounters()
             samples = counters.apply(samples)
+        # A lost run loses its live series (and its refreshed ones, as they would go at a refresh).
+        live = None if raised else getattr(collector, "live_samples", None)
         if not refreshed_series:
-            return samples, duration, errors, None
-        if raised:  # the run was lost: its refreshed series go too, as they would have at a refresh
-            return samples, duration, errors, []
+            return Collected(samples, duration, errors, None, live)
+        if raised:
+            return Collected(samples, duration, errors, [], None)
         if not ctx.refresh_all:
-            return samples, duration, errors, None
+            return Collected(samples, duration, errors, None, live)
         every_tick = [s for s in samples if s.metric.name not in refreshed_series]
-        return every_tick, duration, errors, [s for s in samples if s.metric.name in refreshed_series]
+        return Collected(every_tick, duration, errors, [s for s in samples if s.metric.name in refreshed_series], live)
 
     def _report(self, name: str, samples: list[Sample], duration: float, errors: list[SourceError],
-                refreshed: list[Sample] | None = None) -> None:
-        self.registry.publish(name, samples, duration, len(errors), refreshed)
+                refreshed: list[Sample] | None = None, live: Callable[[], list[Sample]] | None = None) -> None:
+        self.registry.publish(name, samples, duration, len(errors), refreshed, live)
         # Log each distinct problem once (a malformed file would otherwise log every tick,
         # and two collectors reading one broken source would log it twice).
         for e in errors:
@@ -255,54 +285,48 @@ class Sampler:
             self._logged = {k: v for k, v in self._logged.items() if v != name}
             log.info("collector %s: recovered", name)
 
-    # --- the loops --------------------------------------------------------------------
-    # Plain threads with their own clock: a tick costs no event-loop round trip, and the
-    # HTTP server's loop never waits on a tick.
+    # --- the schedule ----------------------------------------------------------------------
     async def start(self) -> None:
         """Start ticking and return at once: the server listens before the first tick (which
-        may wait on a hung source for a time limit). The fast loop waits for the first slow
-        tick (bounded by its time limits), so its first tick already sees the NICs, and a
+        may wait on a hung source for a time limit). The fast ticks start once the first slow
+        tick is done (which the watchdog bounds), so the first already sees the NICs, and a
         scrape after it (/healthz answers 200 from then on) sees every collector."""
-        self._stop.clear()
-        self._threads = [threading.Thread(target=self._loop, args=("slow", self.slow_interval, self.slow_tick),
-                                          name="gpunet-slow", daemon=True),
-                         threading.Thread(target=self._loop, args=("fast", self.fast_interval, self.fast_tick),
-                                          name="gpunet-fast", daemon=True)]
-        for thread in self._threads:
-            thread.start()
+        self._watchdog = Watchdog([self._slow_lane, self._fast_lane], every=self.watchdog_interval)
+        self._watchdog.start()
+        self._slow_lane.schedule(self.slow_interval, self._scheduled_slow_tick)
+
+    def _scheduled_slow_tick(self, late: bool) -> None:
+        self._run_scheduled("slow", self.slow_interval, self._slow_tick, late)
+        if not self._fast_started:
+            self._fast_started = True
+            self._fast_lane.schedule(self.fast_interval, self._scheduled_fast_tick)
+
+    def _scheduled_fast_tick(self, late: bool) -> None:
+        self._run_scheduled("fast", self.fast_interval, self._fast_tick, late)
+
+    def _run_scheduled(self, tick: str, interval: float, fn: Callable[[], None], late: bool) -> None:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - collectors are guarded; this is a bug elsewhere
+            log.exception("%s tick failed", tick)
+        self.registry.add_tick(tick, interval, late)
 
     def wait_first_ticks(self, timeout: float) -> bool:
         """For `scrape` and tests: True once the first fast tick (after the first inventory) ran."""
         return self.first_fast_tick_done.wait(timeout)
 
-    def _loop(self, tick: str, interval: float, fn) -> None:
-        if tick == "fast":
-            self._first_slow_tick.wait(2 * self.slow_timeout)
-        deadline = time.monotonic() - interval  # the first tick at once
-        while True:
-            deadline += interval
-            delay = deadline - time.monotonic()
-            late = delay < -interval
-            if late:
-                deadline = time.monotonic()  # skip the missed ticks instead of bursting
-            if self._stop.wait(max(delay, 0.0)):
-                return
-            try:
-                fn()
-            except Exception:  # noqa: BLE001 - collectors are guarded; this is a bug elsewhere
-                log.exception("%s tick failed", tick)
-            self.registry.add_tick(tick, interval, late)
-
     async def stop(self, timeout: float = 2.0) -> None:
         """Stop ticking, waiting at most `timeout` in all: a tick stuck past its own limits is
         left to the daemon threads, which do not hold the process."""
-        self._stop.set()
-        self._first_slow_tick.set()
-        deadline = time.monotonic() + timeout
-        for thread in self._threads:
-            await asyncio.to_thread(thread.join, max(deadline - time.monotonic(), 0.0))
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        self._slow_lane.close()
+        self._fast_lane.close()
         self._slow_calls.close()
         self._fast_calls.close()
+        deadline = time.monotonic() + timeout
+        for lane in (self._slow_lane, self._fast_lane):
+            await asyncio.to_thread(lane.join, max(deadline - time.monotonic(), 0.0))
         for collector in [*self.link_load_inputs, *self.fast, *self.slow, self.gpus]:
             close = getattr(collector, "close", None)
             if close is not None:

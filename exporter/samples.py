@@ -40,7 +40,12 @@ class Collector(Protocol):
     A fast collector may name in a class attribute `refreshed_series` (a frozenset of metric
     names) the series it returns only when `ctx.refresh_all`: those the fast-tick correlation
     does not need. The sampler publishes them apart and serves them until the next refresh
-    (once a slow interval), so that the ticks in between make, check and publish fewer samples."""
+    (once a slow interval), so that the ticks in between make, check and publish fewer samples.
+
+    A fast collector that keeps sums may instead make some series only when a scrape asks,
+    with a method `live_samples()` (thread-safe, as of its latest tick; its counters
+    monotonic): five ticks a second then make no sample for them, a scrape makes them once.
+    After a run that raised, they are left out until the next run answers."""
 
     name: str
 

@@ -26,7 +26,8 @@ def feed(load, nics, per_tick):
             tx[d] += ratio * SPEED * TICK
             pauses[d] += pause
             samples += [Sample(NIC_TRANSMIT_BYTES, (d,), tx[d]), Sample(NIC_RECEIVE_BYTES, (d,), 0.0)]
-        out = load.update(i * TICK, nics, samples, dict(pauses))
+        load.update(i * TICK, nics, samples, dict(pauses))
+        out = load.samples()
         states.append(load.network_state)
     return out, states[1:]
 

@@ -6,13 +6,16 @@ node's, for the same tick (link_load.py), so a 15 s scrape still tells idle-whil
 from idle-while-quiet. NVML calls run in per-GPU worker threads with a time limit: a GPU
 that hangs or is lost costs only its own series.
 
-Every fast tick reads and integrates every GPU, but makes only the busy and idle series, the
-split the fast-tick correlation is for, and up (a GPU lost shows at once, with its series
-gone); utilization, SM clock and throttled seconds are made at the fast tick that refreshes
-everything once a slow interval (exporter/sampler.py).
+Every fast tick reads and integrates every GPU and makes no sample: up, busy and idle
+seconds are made from its sums when a scrape asks (`live_samples`), as of the latest tick (a
+GPU lost shows at once, with its series gone); utilization, SM clock and throttled seconds
+are made at the fast tick that refreshes everything once a slow interval
+(exporter/sampler.py).
 """
 
 from __future__ import annotations
+
+import threading
 
 from exporter.bounded import BoundedCalls, Hung
 from exporter.collector_registry import register
@@ -51,6 +54,9 @@ class GpuActivityCollector:
         self.throttled: dict[tuple[str, str], float] = {}
         self._idle_keys: dict[str, list[tuple[str, str]]] = {}  # made once per GPU, not per tick
         self._throttled_keys: dict[str, list[tuple[str, str]]] = {}
+        self._up: list[tuple[str, bool]] = []  # (gpu, answered) at the latest tick, in order
+        # Held while a tick adds up and while a scrape reads the sums: a scrape sees a whole tick.
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         self.calls.close()
@@ -60,30 +66,43 @@ class GpuActivityCollector:
         identities = self.source.identities
         results = self.calls.run({g.index: (lambda i=g.index: self.source.backend.activity(i)) for g in identities},
                                  timeout=max(0.5 * self.fast_interval, 0.05))
-        samples = []
-        refresh_all = ctx.refresh_all
-        idle, throttled = self.idle, self.throttled
-        for ident in identities:
-            gpu = str(ident.index)
-            result = results.get(ident.index)
-            if not isinstance(result, GpuActivity):
-                errors.append(as_source_error(result, ident.index))
-                self._last.pop(gpu, None)  # the time it was away is not known: not integrated
-                samples.append(Sample(GPU_UP, (gpu,), 0.0))
-                continue
-            self._integrate(gpu, result, ctx)
-            labels = (gpu,)
-            samples.append(Sample(GPU_UP, labels, 1.0))
-            samples.append(Sample(GPU_BUSY_SECONDS, labels, self.busy[gpu]))
-            for key in self._idle_keys[gpu]:  # (gpu, state): the series' labels and the dict's key
-                samples.append(Sample(GPU_IDLE_SECONDS, key, idle[key]))
-            if refresh_all:
-                samples.append(Sample(GPU_UTILIZATION, labels, result.utilization))
-                if result.sm_clock_hz is not None:
-                    samples.append(Sample(GPU_SM_CLOCK, labels, result.sm_clock_hz))
-                for key in self._throttled_keys[gpu]:
-                    samples.append(Sample(GPU_THROTTLED_SECONDS, key, throttled[key]))
+        samples: list[Sample] = []
+        up = []
+        with self._lock:
+            for ident in identities:
+                gpu = str(ident.index)
+                result = results.get(ident.index)
+                if not isinstance(result, GpuActivity):
+                    errors.append(as_source_error(result, ident.index))
+                    self._last.pop(gpu, None)  # the time it was away is not known: not integrated
+                    up.append((gpu, False))
+                    continue
+                self._integrate(gpu, result, ctx)
+                up.append((gpu, True))
+                if ctx.refresh_all:
+                    labels = (gpu,)
+                    samples.append(Sample(GPU_UTILIZATION, labels, result.utilization))
+                    if result.sm_clock_hz is not None:
+                        samples.append(Sample(GPU_SM_CLOCK, labels, result.sm_clock_hz))
+                    for key in self._throttled_keys[gpu]:
+                        samples.append(Sample(GPU_THROTTLED_SECONDS, key, self.throttled[key]))
+            self._up = up
         return samples
+
+    def live_samples(self) -> list[Sample]:
+        """up of every GPU, and busy and idle seconds of those that answered, as of the latest tick."""
+        with self._lock:
+            samples = []
+            for gpu, answered in self._up:
+                labels = (gpu,)
+                if not answered:
+                    samples.append(Sample(GPU_UP, labels, 0.0))
+                    continue
+                samples.append(Sample(GPU_UP, labels, 1.0))
+                samples.append(Sample(GPU_BUSY_SECONDS, labels, self.busy[gpu]))
+                for key in self._idle_keys[gpu]:  # (gpu, state): the series' labels and the dict's key
+                    samples.append(Sample(GPU_IDLE_SECONDS, key, self.idle[key]))
+            return samples
 
     def _integrate(self, gpu: str, reading: GpuActivity, ctx: TickContext) -> None:
         if gpu not in self.busy:

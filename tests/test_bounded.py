@@ -1,0 +1,149 @@
+"""Calls under a time limit without a hand-off per call (exporter/bounded.py): a hung call
+costs its own key, the tick goes on on a fresh worker, and the abandoned worker does nothing
+more once its call returns."""
+
+import threading
+import time
+
+from exporter.bounded import BoundedCalls, Hung, Lane, Watchdog
+
+
+def wait_until(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_a_hung_call_costs_its_key_only_and_answers_again_once_it_returns():
+    calls = BoundedCalls("test-calls")
+    release = threading.Event()
+    try:
+        started = time.monotonic()
+        results = calls.run({"a": lambda: 1, "stuck": lambda: release.wait(10) and 2, "c": lambda: 3}, timeout=0.1)
+        assert time.monotonic() - started < 1.0
+        assert results["a"] == 1 and results["c"] == 3
+        assert isinstance(results["stuck"], Hung)
+        # Still in its call: answered at once, and the others still run.
+        started = time.monotonic()
+        again = calls.run({"a": lambda: 10, "stuck": lambda: 20}, timeout=0.1)
+        assert time.monotonic() - started < 0.1
+        assert again["a"] == 10 and isinstance(again["stuck"], Hung)
+        release.set()
+        wait_until(lambda: not isinstance(calls.run({"stuck": lambda: 30}, timeout=0.1)["stuck"], Hung))
+        assert calls.run({"stuck": lambda: 30}, timeout=0.1) == {"stuck": 30}
+    finally:
+        release.set()
+        calls.close()
+
+
+def test_exceptions_are_results_and_keys_come_back_in_the_order_asked():
+    calls = BoundedCalls("test-errors")
+    try:
+        results = calls.run({"x": lambda: 1 / 0, "y": lambda: "fine"}, timeout=1.0)
+        assert list(results) == ["x", "y"]
+        assert isinstance(results["x"], ZeroDivisionError) and results["y"] == "fine"
+    finally:
+        calls.close()
+
+
+def test_a_scheduled_tick_goes_on_on_a_fresh_worker_and_the_abandoned_one_does_nothing_more():
+    lane = Lane("test-tick")
+    calls = BoundedCalls("test-tick-calls")
+    watchdog = Watchdog([lane], every=0.05)
+    release = threading.Event()
+    hang_once = threading.Event()
+    after_the_call: list[str] = []  # the thread that went on after the bounded call, per tick
+    ticks: list[tuple[str, bool]] = []
+
+    def tick(late: bool) -> None:
+        calls.run({"read": lambda: release.wait(10) if not hang_once.is_set() else "ok"}, timeout=0.05)
+        after_the_call.append(threading.current_thread().name)
+        ticks.append((threading.current_thread().name, late))
+
+    hang_once.set()  # the first ticks answer at once
+    watchdog.start()
+    lane.schedule(0.02, tick)
+    try:
+        wait_until(lambda: len(ticks) >= 3)
+        first_worker = ticks[0][0]
+        hang_once.clear()  # the next tick hangs in its read
+        wait_until(lambda: lane.replaced == 1)
+        hang_once.set()
+        count = len(ticks)
+        wait_until(lambda: len(ticks) >= count + 5)  # ticks go on while the read is stuck
+        assert all(name != first_worker for name, _ in ticks[count:])
+        by_first_worker = after_the_call.count(first_worker)
+        release.set()  # the abandoned worker's call returns: it must not go on with its tick
+        time.sleep(0.1)
+        assert after_the_call.count(first_worker) == by_first_worker
+        assert lane.replaced == 1
+    finally:
+        release.set()
+        watchdog.stop()
+        lane.close()
+        calls.close()
+
+
+def test_a_job_interrupted_by_a_hang_runs_again_and_its_caller_gets_the_answer():
+    lane = Lane("test-job")
+    calls = BoundedCalls("test-job-calls")
+    release = threading.Event()
+    runs: list[str] = []
+
+    def job() -> dict:
+        runs.append(threading.current_thread().name)
+        return calls.run({"slow": lambda: release.wait(10), "fast": lambda: "yes"}, timeout=0.05)
+
+    try:
+        result = lane.call(job)
+        assert isinstance(result["slow"], Hung) and result["fast"] == "yes"
+        assert len(runs) == 2 and runs[0] != runs[1]  # run again on the fresh worker
+        assert lane.replaced == 1
+    finally:
+        release.set()
+        lane.close()
+        calls.close()
+
+
+def test_an_exception_in_a_job_reaches_its_caller_and_the_lane_goes_on():
+    lane = Lane("test-raise")
+    try:
+        try:
+            lane.call(lambda: {}["missing"])
+        except KeyError:
+            pass
+        else:
+            raise AssertionError("the job's KeyError was lost")
+        assert lane.call(lambda: 42) == 42
+        assert lane.replaced == 0
+    finally:
+        lane.close()
+
+
+def test_a_tick_that_overruns_its_interval_makes_the_next_one_late_not_a_burst():
+    lane = Lane("test-late")
+    ticks: list[tuple[float, bool]] = []
+
+    def tick(late: bool) -> None:
+        ticks.append((time.monotonic(), late))
+        if len(ticks) == 2:
+            time.sleep(0.25)  # overruns two intervals of 0.05 s
+
+    lane.schedule(0.05, tick)
+    try:
+        wait_until(lambda: len(ticks) >= 6)
+    finally:
+        lane.close()
+    assert [late for _, late in ticks[:2]] == [False, False]
+    assert ticks[2][1] is True  # the tick after the overrun is late...
+    assert ticks[3][0] - ticks[2][0] > 0.03  # ...and the missed ones are not run in a burst
+    assert not any(late for _, late in ticks[3:6])
+
+
+def test_close_ends_the_worker():
+    lane = Lane("test-close")
+    lane.schedule(0.01, lambda late: None)
+    lane.close()
+    lane.join(1.0)
+    assert not lane._worker.thread.is_alive()
