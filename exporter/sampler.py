@@ -3,9 +3,10 @@
 Fast tick (default 0.2 s): what the fast-tick correlation needs: wire bytes and pause
 frames, then the counters derived from them (link_load.py: saturated seconds, the node's
 network_state), then GPU activity, whose idle time is split by that state. Of what the fast
-collectors read, only the series that correlation needs are made and published at every
-fast tick (bytes, the saturated and state seconds, GPU busy and idle seconds); the rest
-(per-priority pause frames, GPU utilization, clock, throttled seconds, up) once a slow
+collectors read, only the series that correlation needs are kept up at every fast tick
+(bytes, the saturated and state seconds, GPU up, busy and idle seconds; link_load and the
+GPU collector keep them as sums, made into samples when a scrape asks); the rest
+(per-priority pause frames, GPU utilization, clock, throttled seconds) once a slow
 interval, at the first fast tick that interval, and served in between from that refresh.
 Slow tick (default 1 s): NIC discovery (published as "inventory") and everything else.
 

@@ -3,7 +3,7 @@
 Each tick, for every GPU: busy += utilization x tick, idle{network_state} += the rest,
 throttled{reason} += tick while a throttle reason is active. The network_state is the
 node's, for the same tick (link_load.py), so a 15 s scrape still tells idle-while-paused
-from idle-while-quiet. NVML calls run in per-GPU worker threads with a time limit: a GPU
+from idle-while-quiet. Each NVML call runs under a time limit (exporter/bounded.py): a GPU
 that hangs or is lost costs only its own series.
 
 Every fast tick reads and integrates every GPU and makes no sample: up, busy and idle
