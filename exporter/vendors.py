@@ -68,6 +68,7 @@ class DriverCounters:
                           self.symbol_errors, self.fec_corrected_bit_errors, self.fec_corrected_blocks,
                           self.fec_uncorrectable_blocks, self.link_down_events)
 
+    @cached_property  # asked for every RDMA port, every slow tick
     def hw_counter_names(self) -> tuple[str, ...]:
         names: list[str] = []
         for alternatives in (self.ecn_marked, self.cnp_sent, self.cnp_received, self.out_of_buffer,

@@ -43,7 +43,7 @@ class RdmaCollector:
                 continue
             labels = (nic.device,)
             table = counters_for(nic.driver, nic.rdma.device)
-            hw = rdma_reader.read_counters(self.root, nic.rdma, rdma_reader.HW_COUNTERS, table.hw_counter_names(),
+            hw = rdma_reader.read_counters(self.root, nic.rdma, rdma_reader.HW_COUNTERS, table.hw_counter_names,
                                            errors)
             for names, metric in ((table.ecn_marked, NIC_ECN_MARKED), (table.cnp_sent, NIC_CNP_SENT),
                                   (table.cnp_received, NIC_CNP_RECEIVED),

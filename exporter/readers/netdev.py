@@ -87,10 +87,11 @@ class NetdevReader:
 
     def _link_sysfs(self, name: str, errors: list[SourceError], stats: tuple[str, ...]) -> LinkState:
         base = f"{NET}/{name}"
-        if not self.root.exists(base):
-            raise SourceError(str(self.root.path(base)), "network device vanished")
         st = LinkState(name)
-        st.operstate = self.root.read_optional_str(f"{base}/operstate") or "unknown"
+        operstate = self.root.read_optional_str(f"{base}/operstate")
+        if operstate is None and not self.root.exists(base):  # asked only then: a stat less per read
+            raise SourceError(str(self.root.path(base)), "network device vanished")
+        st.operstate = operstate or "unknown"
         # carrier reads EINVAL while the interface is administratively down: no carrier.
         carrier = self.root.read_optional_str(f"{base}/carrier")
         st.carrier = int(carrier) if carrier in ("0", "1") else 0
