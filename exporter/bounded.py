@@ -64,6 +64,13 @@ class BoundedCalls:
         self._suspects: set[Hashable] = set()  # keys that hung once
         self._lane: Lane | None = None  # for callers that are no lane's worker
 
+    def call(self, key: Hashable, timeout: float, fn: Callable[..., object], *args: object) -> object:
+        """fn(*args), or the exception it raised, or Hung(): one call under its time limit."""
+        worker: _Worker | None = getattr(_local, "worker", None)
+        if worker is None:
+            return self.run({key: lambda: fn(*args)}, timeout)[key]
+        return self._call_on(worker, key, timeout, fn, args)
+
     def run(self, calls: dict[Hashable, Callable[[], object]], timeout: float,
             in_order: bool = False) -> dict[Hashable, object]:
         """{key: result, or the exception it raised, or Hung()}: each call gets `timeout`
@@ -84,20 +91,22 @@ class BoundedCalls:
         if self._suspects and not in_order:
             keys.sort(key=self._suspects.__contains__)
         for key in keys:
-            if key in done:
-                continue
-            if key in self._stuck:
-                done[key] = Hung("an earlier call has not returned yet")
-                continue
-            frame = _Frame(self, key, time.monotonic() + timeout, timeout)
-            worker.frames.append(frame)
-            try:
-                done[key] = calls[key]()
-            except Exception as e:  # noqa: BLE001 - handed to the caller as the result
-                done[key] = e
-            finally:
-                worker.leave(frame)
+            if key not in done:
+                done[key] = self._call_on(worker, key, timeout, calls[key], ())
         return done
+
+    def _call_on(self, worker: _Worker, key: Hashable, timeout: float, fn: Callable[..., object],
+                 args: tuple) -> object:
+        if key in self._stuck:
+            return Hung("an earlier call has not returned yet")
+        frame = _Frame(self, key, time.monotonic() + timeout, timeout)
+        worker.frames.append(frame)
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 - handed to the caller as the result
+            return e
+        finally:
+            worker.leave(frame)
 
     def close(self) -> None:
         if self._lane is not None:

@@ -31,7 +31,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import NamedTuple
 
 import exporter.collectors  # noqa: F401  (importing the package registers every collector)
@@ -141,31 +140,20 @@ class Sampler:
         inventory where it failed or hung)."""
         started = time.perf_counter()
         errors: list[SourceError] = []
-        context = [TickContext(time.monotonic() if now is None else now, self.nics)]
-        took: list[float] = []  # discovery's own duration
-
-        def inventory() -> dict[str, Nic]:
-            try:
-                nics = discover(self.root, self.inventory_options, errors, self._static)
-            finally:
-                took.append(time.perf_counter() - started)
-            context[0] = TickContext(time.monotonic() if now is None else now, nics)
-            return nics
-
-        calls: dict[str, Callable[[], object]] = {INVENTORY: inventory}
-        for c in self.slow:
-            calls[c.name] = lambda c=c: self._collect(c, context[0])
-        results = self._slow_calls.run(calls, timeout=self.slow_timeout, in_order=True)
-        result = results.pop(INVENTORY)
+        run, limit = self._slow_calls.call, self.slow_timeout
+        result = run(INVENTORY, limit, discover, self.root, self.inventory_options, errors, self._static)
+        took = time.perf_counter() - started
         if isinstance(result, dict):
             self.nics = result
         elif isinstance(result, Hung):  # keep the last inventory, say why (in one wording: logged once)
-            errors.append(SourceError(INVENTORY, f"hung: no answer within {self.slow_timeout:g}s; the last "
+            errors.append(SourceError(INVENTORY, f"hung: no answer within {limit:g}s; the last "
                                                  "inventory is kept until it answers"))
         else:
             errors.append(result if isinstance(result, SourceError) else SourceError(INVENTORY, repr(result)))
-        self._report(INVENTORY, [], took[0] if took else time.perf_counter() - started, errors)
-        self._publish_all(self.slow, results, self.slow_timeout)
+        ctx = TickContext(time.monotonic() if now is None else now, self.nics)
+        results = {c.name: run(c.name, limit, self._collect, c, ctx) for c in self.slow}
+        self._report(INVENTORY, [], took, errors)
+        self._publish_all(self.slow, results, limit)
 
     def _fast_tick(self, now: float | None = None) -> None:
         """The wire collector, link_load derived from its samples, then the other fast
@@ -179,26 +167,25 @@ class Sampler:
         if refresh_all:
             self._last_refresh = now
             self._refreshed_devices = frozenset(self.nics)
-        ctx = TickContext(now, self.nics, refresh_all=refresh_all)
+        nics = self.nics
+        ctx = TickContext(now, nics, refresh_all=refresh_all)
         self.last_fast_tick = time.monotonic()
-        calls: dict[str, Callable[[], object]] = {}
+        run, limit = self._fast_calls.call, self.fast_timeout
         wire: dict[str, tuple[list[Sample], dict[str, float]]] = {}  # what the wire gave this tick
-        context = [ctx]
-        for c in self.link_load_inputs:
-            calls[c.name] = lambda c=c: self._collect_wire(c, ctx, wire)
+        results = {c.name: run(c.name, limit, self._collect_wire, c, ctx, wire) for c in self.link_load_inputs}
         if self.link_load_inputs:
-            calls[LINK_LOAD] = lambda: self._derive_link_load(context, wire)
+            # Run even when the wire hung: link_load then counts the tick as quiet.
+            derived = run(LINK_LOAD, limit, self._derive_link_load, ctx, wire)
+            if isinstance(derived, float):
+                self.registry.publish(LINK_LOAD, [], derived, 0, live=self.link_load.samples)
+                ctx = TickContext(now, nics, self.link_load.network_state, refresh_all)
+            else:  # a bug in link_load, or hung: logged, its series kept from the last tick
+                log.error("link_load failed: %r", derived)
         for c in self.fast:
-            calls[c.name] = lambda c=c: self._collect(c, context[0])
-        # In order: link_load needs the wire's samples even after the wire hung once.
-        results = self._fast_calls.run(calls, timeout=self.fast_timeout, in_order=True)
-        derived = results.pop(LINK_LOAD, None)
-        self._publish_all([*self.link_load_inputs, *self.fast], results, self.fast_timeout)
-        if isinstance(derived, float):
-            self.registry.publish(LINK_LOAD, [], derived, 0, live=self.link_load.samples)
-        elif derived is not None:  # a bug in link_load: logged, its series kept from the last tick
-            log.error("link_load failed: %r", derived)
-        self.first_fast_tick_done.set()
+            results[c.name] = run(c.name, limit, self._collect, c, ctx)
+        self._publish_all([*self.link_load_inputs, *self.fast], results, limit)
+        if not self.first_fast_tick_done.is_set():
+            self.first_fast_tick_done.set()
 
     def _collect_wire(self, collector: Collector, ctx: TickContext,
                       wire: dict[str, tuple[list[Sample], dict[str, float]]]):
@@ -209,17 +196,13 @@ class Sampler:
         wire[collector.name] = (result[0], getattr(collector, "received_pauses", {}))
         return result
 
-    def _derive_link_load(self, context: list[TickContext],
-                          wire: dict[str, tuple[list[Sample], dict[str, float]]]) -> float:
-        """Saturated seconds and the node's network state from what the wire gave this tick
-        (its duration returned); the collectors after it in the tick see that state through
-        `context`."""
+    def _derive_link_load(self, ctx: TickContext, wire: dict[str, tuple[list[Sample], dict[str, float]]]) -> float:
+        """Saturated seconds and the node's network state from what the wire gave this tick;
+        its duration."""
         started = time.perf_counter()
-        ctx = context[0]
         samples = [s for got, _ in wire.values() for s in got]
         received = {device: n for _, pauses in wire.values() for device, n in pauses.items()}
         self.link_load.update(ctx.now, ctx.nics, samples, received)
-        context[0] = replace(ctx, network_state=self.link_load.network_state)
         return time.perf_counter() - started
 
     def _publish_all(self, collectors: list[Collector], results: dict, timeout: float) -> None:
