@@ -2,9 +2,10 @@
 with a time limit, without a thread hand-off per call.
 
 A `Lane` is one daemon worker thread that runs a tick on its own schedule (or a job handed
-to it). Its calls that may hang go through `BoundedCalls.run`, which runs them right there,
-on the worker, each under its time limit: the worker notes the call it is in (a frame),
-and a `Watchdog` thread, which wakes a few times a second, looks at the frames. When a call
+to it). Its calls that may hang go through `BoundedCalls.call` (or `run`, for a batch),
+which runs them right there, on the worker, each under its time limit: the worker notes
+the call it is in (a frame), and a `Watchdog` thread, which wakes once in a while (once a
+second in the exporter), looks at the frames. When a call
 overruns its limit, its key is marked hung, the worker is abandoned to finish that call on
 its own, and a fresh worker starts the interrupted tick again, in which the hung key answers
 `Hung` at once; so do later ticks, until the abandoned call returns. An abandoned worker
@@ -48,7 +49,6 @@ class _Frame(NamedTuple):
     calls: BoundedCalls
     key: Hashable
     deadline: float  # monotonic
-    limit: float
 
 
 _local = threading.local()  # .worker: the _Worker this thread is (absent on other threads)
@@ -99,7 +99,7 @@ class BoundedCalls:
                  args: tuple) -> object:
         if key in self._stuck:
             return Hung("an earlier call has not returned yet")
-        frame = _Frame(self, key, time.monotonic() + timeout, timeout)
+        frame = _Frame(self, key, time.monotonic() + timeout)
         worker.frames.append(frame)
         try:
             return fn(*args)
@@ -245,6 +245,8 @@ class Lane:
         supervising the worker while waiting."""
         job = _Job(fn)
         with self._lock:
+            if self._closed:
+                raise RuntimeError(f"lane {self.name} is closed")
             self._worker.jobs.put(job)
         while not job.done.wait(SUPERVISE_EVERY):
             self.supervise()
