@@ -25,6 +25,7 @@ interrupted, and must not keep the process from exiting on SIGTERM either.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -51,6 +52,7 @@ class _Frame(NamedTuple):
     deadline: float  # monotonic
 
 
+log = logging.getLogger("gpunet.exporter")
 _local = threading.local()  # .worker: the _Worker this thread is (absent on other threads)
 
 
@@ -97,6 +99,8 @@ class BoundedCalls:
 
     def _call_on(self, worker: _Worker, key: Hashable, timeout: float, fn: Callable[..., object],
                  args: tuple) -> object:
+        if worker.abandoned:  # set aside between two calls: it makes no more
+            raise Abandoned
         if key in self._stuck:
             return Hung("an earlier call has not returned yet")
         frame = _Frame(self, key, time.monotonic() + timeout)
@@ -138,12 +142,14 @@ class _Worker:
         raise Abandoned
 
     def overdue(self, now: float) -> _Frame | None:
-        """The outermost call past its limit, marked hung, this worker abandoned; None when
-        every call is within its limit (or the worker is idle)."""
+        """The innermost call past its limit, marked hung, this worker abandoned; None when
+        every call is within its limit (or the worker is idle). Innermost: an NVML call of
+        one GPU that hangs inside the GPU collector costs that GPU, not the collector, even
+        when the watchdog looks only after both limits passed."""
         with self.lock:
             if self.abandoned:
                 return None
-            for frame in self.frames:
+            for frame in reversed(self.frames):
                 if now > frame.deadline:
                     self.abandoned = True
                     frame.calls._stuck[frame.key] = self
@@ -221,6 +227,8 @@ class Lane:
         tick comes more than an interval after its time (the missed ones are skipped, not
         run in a burst). A tick that raises is a bug: it is logged by `tick` itself."""
         with self._lock:
+            if self._closed:
+                raise RuntimeError(f"lane {self.name} is closed")
             self._interval, self._tick = interval, tick
             self._deadline = time.monotonic()
             self._worker.jobs.put(_Job(lambda: None))  # wakes the worker to take up its schedule
@@ -261,20 +269,28 @@ class Lane:
         scheduled tick it was in is not run again, but the next one is due at once."""
         worker = self._worker
         frame = worker.overdue(time.monotonic() if now is None else now)
-        if frame is None:
+        if frame is None and not worker.abandoned:
             return None
         with self._lock:
+            if self._worker is not worker:  # replaced meanwhile, by another supervisor
+                return None
             fresh = self._new_worker()
-            if worker.job is not None and not self._closed:
-                fresh.jobs.put(worker.job)
+            # Started first: should it fail (no threads left), the abandoned worker stays in
+            # place with its queue, and the next look tries again.
+            fresh.thread.start()
+            interrupted = worker.job
+            if interrupted is not None and self._closed:  # nobody would run it again: its caller is told
+                interrupted.error = RuntimeError(f"lane {self.name} closed while a call on it hung")
+                interrupted.done.set()
+            elif interrupted is not None:
+                fresh.jobs.put(interrupted)
             while True:  # what was queued for the abandoned worker moves over, in order
                 try:
                     fresh.jobs.put(worker.jobs.get_nowait())
                 except queue.Empty:
                     break
             self._worker = fresh
-            fresh.thread.start()
-        return frame.key
+        return frame.key if frame is not None else None
 
     def close(self) -> None:
         """The worker ends after its current job or tick (at once when idle)."""
@@ -307,4 +323,7 @@ class Watchdog:
         while not self._stop.wait(self._every):
             now = time.monotonic()
             for lane in self._lanes:
-                lane.supervise(now)
+                try:
+                    lane.supervise(now)
+                except Exception:  # noqa: BLE001 - a thread that cannot start: the next look tries again
+                    log.exception("watchdog: lane %s", lane.name)

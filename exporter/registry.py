@@ -8,6 +8,7 @@ until something new is published.
 from __future__ import annotations
 
 import gzip
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from gpunet.contract import (
     MetricSpec,
 )
 
+log = logging.getLogger("gpunet.exporter")
 LABELS = itemgetter(1)  # a Sample's labels
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -122,7 +124,7 @@ class Registry:
             published = {k: [*v, *self._refreshed.get(k, ())] for k, v in self._samples.items()}
             live = dict(self._live)
         for k, make in live.items():  # outside the registry's lock: they take their collector's
-            published[k] = [*published.get(k, ()), *make()]
+            published[k] = [*published.get(k, ()), *_made(k, make)]
         return published
 
     # --- read by the server -------------------------------------------------------------
@@ -142,7 +144,7 @@ class Registry:
     def families(self) -> list[Family]:
         with self._lock:
             published = [*self._samples.values(), *self._refreshed.values()]
-            live = list(self._live.values())
+            live = list(self._live.items())
             status = [(k, v.up, v.duration, v.errors_total, v.last_run) for k, v in self._status.items()]
             ticks = {k: list(v) for k, v in self._ticks.items()}
             bad_requests = self._bad_requests
@@ -159,7 +161,7 @@ class Registry:
         for tick, (interval, count, late) in ticks.items():
             self_samples += [Sample(TICK_INTERVAL, (tick,), interval), Sample(TICKS, (tick,), count),
                              Sample(TICKS_LATE, (tick,), late)]
-        published += [make() for make in live]  # outside the registry's lock: they take their collector's
+        published += [_made(k, make) for k, make in live]  # outside the registry's lock: they take their collector's
         published.append(self_samples)
         # A thousand samples a scrape, grouped by family as they were published (the
         # renderer reads them as they are, and sorting puts each family's in label order).
@@ -177,3 +179,12 @@ class Registry:
             out.append(Family(metric.name, metric.type, metric.help, metric.labels, group_samples))
         out += self._process.families()
         return out
+
+
+def _made(collector: str, make: Callable[[], list[Sample]]) -> list[Sample]:
+    """A collector's live samples; a bug in making them costs its own series, not the scrape."""
+    try:
+        return make()
+    except Exception:  # noqa: BLE001
+        log.exception("collector %s: making its samples for the scrape failed", collector)
+        return []

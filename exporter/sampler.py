@@ -97,6 +97,9 @@ class Sampler:
         self._fast_lane = Lane("gpunet-fast")
         self._watchdog: Watchdog | None = None
         self._fast_started = False
+        self._fast_start_lock = threading.Lock()
+        self._fast_start_timer: threading.Timer | None = None
+        self._report_lock = threading.Lock()  # both lanes report: the log bookkeeping is shared
         self.last_fast_tick = time.monotonic()
         self.first_fast_tick_done = threading.Event()
         self._last_refresh: float | None = None  # the time (ctx.now) of the last fast tick that refreshed all
@@ -162,12 +165,9 @@ class Sampler:
         # Half a fast interval of slack: a tick woken a little early still refreshes, so the
         # refresh comes every slow interval rather than every slow interval plus a fast one.
         # A NIC come or gone refreshes at once: a gone NIC's series go with it.
-        refresh_all = (self._last_refresh is None or now - self._last_refresh >= self.slow_interval - self.fast_interval / 2
-                       or self.nics.keys() != self._refreshed_devices)
-        if refresh_all:
-            self._last_refresh = now
-            self._refreshed_devices = frozenset(self.nics)
         nics = self.nics
+        refresh_all = (self._last_refresh is None or now - self._last_refresh >= self.slow_interval - self.fast_interval / 2
+                       or nics.keys() != self._refreshed_devices)
         ctx = TickContext(now, nics, refresh_all=refresh_all)
         self.last_fast_tick = time.monotonic()
         run, limit = self._fast_calls.call, self.fast_timeout
@@ -184,6 +184,9 @@ class Sampler:
         for c in self.fast:
             results[c.name] = run(c.name, limit, self._collect, c, ctx)
         self._publish_all([*self.link_load_inputs, *self.fast], results, limit)
+        if refresh_all:  # only now: a tick cut short by a hang refreshes again when run again
+            self._last_refresh = now
+            self._refreshed_devices = frozenset(nics)
         if not self.first_fast_tick_done.is_set():
             self.first_fast_tick_done.set()
 
@@ -255,19 +258,22 @@ class Sampler:
     def _report(self, name: str, samples: list[Sample], duration: float, errors: list[SourceError],
                 refreshed: list[Sample] | None = None, live: Callable[[], list[Sample]] | None = None) -> None:
         self.registry.publish(name, samples, duration, len(errors), refreshed, live)
+        if not errors and name not in self._failing:
+            return  # the common case, without the lock
         # Log each distinct problem once (a malformed file would otherwise log every tick,
         # and two collectors reading one broken source would log it twice).
-        for e in errors:
-            problem = str(e)
-            if problem not in self._logged and len(self._logged) < MAX_LOGGED_PROBLEMS:
-                self._logged[problem] = name
-                log.warning("collector %s: %s", name, e)
-        if errors:
-            self._failing.add(name)
-        elif name in self._failing:
-            self._failing.discard(name)
-            self._logged = {k: v for k, v in self._logged.items() if v != name}
-            log.info("collector %s: recovered", name)
+        with self._report_lock:
+            for e in errors:
+                problem = str(e)
+                if problem not in self._logged and len(self._logged) < MAX_LOGGED_PROBLEMS:
+                    self._logged[problem] = name
+                    log.warning("collector %s: %s", name, e)
+            if errors:
+                self._failing.add(name)
+            elif name in self._failing:
+                self._failing.discard(name)
+                self._logged = {k: v for k, v in self._logged.items() if v != name}
+                log.info("collector %s: recovered", name)
 
     # --- the schedule ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -278,12 +284,25 @@ class Sampler:
         self._watchdog = Watchdog([self._slow_lane, self._fast_lane], every=self.watchdog_interval)
         self._watchdog.start()
         self._slow_lane.schedule(self.slow_interval, self._scheduled_slow_tick)
+        # However long the first slow tick takes (a source hung at start costs its limit),
+        # the fast ticks start within two of its time limits.
+        self._fast_start_timer = threading.Timer(2 * self.slow_timeout, self._start_fast_ticks)
+        self._fast_start_timer.daemon = True
+        self._fast_start_timer.start()
 
     def _scheduled_slow_tick(self, late: bool) -> None:
         self._run_scheduled("slow", self.slow_interval, self._slow_tick, late)
-        if not self._fast_started:
+        self._start_fast_ticks()
+
+    def _start_fast_ticks(self) -> None:
+        with self._fast_start_lock:
+            if self._fast_started:
+                return
             self._fast_started = True
+        try:
             self._fast_lane.schedule(self.fast_interval, self._scheduled_fast_tick)
+        except RuntimeError:  # stopped meanwhile
+            pass
 
     def _scheduled_fast_tick(self, late: bool) -> None:
         self._run_scheduled("fast", self.fast_interval, self._fast_tick, late)
@@ -304,6 +323,8 @@ class Sampler:
         left to the daemon threads, which do not hold the process."""
         if self._watchdog is not None:
             self._watchdog.stop()
+        if self._fast_start_timer is not None:
+            self._fast_start_timer.cancel()
         self._slow_lane.close()
         self._fast_lane.close()
         self._slow_calls.close()

@@ -147,3 +147,58 @@ def test_close_ends_the_worker():
     lane.close()
     lane.join(1.0)
     assert not lane._worker.thread.is_alive()
+
+
+def test_a_hung_inner_call_costs_its_own_key_even_when_the_watchdog_looks_late():
+    """An NVML call of one GPU (0.05 s) inside the GPU collector (0.2 s): a watchdog that
+    looks only after both limits passed sets aside that GPU, not the collector."""
+    lane = Lane("test-nested")
+    outer, inner = BoundedCalls("test-outer"), BoundedCalls("test-inner")
+    watchdog = Watchdog([lane], every=0.5)
+    release = threading.Event()
+    answers: list[dict] = []
+
+    def collector() -> dict:
+        return inner.run({gpu: (lambda gpu=gpu: release.wait(10) if gpu == 2 else gpu) for gpu in range(4)},
+                         timeout=0.05)
+
+    def tick(late: bool) -> None:
+        answers.append(outer.run({"gpu": collector}, timeout=0.2))
+
+    watchdog.start()
+    lane.schedule(0.1, tick)
+    try:
+        wait_until(lambda: len(answers) >= 2)
+        for answer in answers[:2]:
+            assert not isinstance(answer["gpu"], Hung), answer  # the collector answers...
+            assert isinstance(answer["gpu"][2], Hung)  # ...without the GPU that hung
+            assert [answer["gpu"][g] for g in (0, 1, 3)] == [0, 1, 3]
+    finally:
+        release.set()
+        watchdog.stop()
+        lane.close()
+
+
+def test_a_caller_waiting_on_a_hung_job_is_told_when_the_lane_closes():
+    lane = Lane("test-closed")
+    calls = BoundedCalls("test-closed-calls")
+    release = threading.Event()
+    outcome: list[object] = []
+
+    def wait_for_job() -> None:
+        try:
+            outcome.append(lane.call(lambda: calls.run({"stuck": lambda: release.wait(10)}, timeout=0.2)))
+        except RuntimeError as e:
+            outcome.append(e)
+
+    waiter = threading.Thread(target=wait_for_job)
+    waiter.start()
+    try:
+        time.sleep(0.05)  # the job is in its call, within its limit
+        lane.close()
+        waiter.join(2.0)
+        assert not waiter.is_alive(), "the caller still waits for a job nobody will run"
+        assert len(outcome) == 1 and isinstance(outcome[0], RuntimeError)
+    finally:
+        release.set()
+        calls.close()
