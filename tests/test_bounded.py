@@ -5,7 +5,43 @@ more once its call returns."""
 import threading
 import time
 
+import pytest
+
 from exporter.bounded import BoundedCalls, Hung, Lane, Watchdog
+
+
+class Parts:
+    """Lanes, bounded calls and watchdogs of one test, closed after it; `release` lets go
+    of the calls that hang."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.closers: list = []
+
+    def lane(self, name: str) -> Lane:
+        lane = Lane(name)
+        self.closers.append(lane.close)
+        return lane
+
+    def calls(self, name: str) -> BoundedCalls:
+        calls = BoundedCalls(name)
+        self.closers.append(calls.close)
+        return calls
+
+    def watchdog(self, lanes: list[Lane], every: float) -> Watchdog:
+        watchdog = Watchdog(lanes, every)
+        self.closers.append(watchdog.stop)
+        watchdog.start()
+        return watchdog
+
+
+@pytest.fixture
+def parts():
+    made = Parts()
+    yield made
+    made.release.set()
+    for close in reversed(made.closers):
+        close()
 
 
 def wait_until(predicate, timeout=5.0):
@@ -15,43 +51,31 @@ def wait_until(predicate, timeout=5.0):
         time.sleep(0.005)
 
 
-def test_a_hung_call_costs_its_key_only_and_answers_again_once_it_returns():
-    calls = BoundedCalls("test-calls")
-    release = threading.Event()
-    try:
-        started = time.monotonic()
-        results = calls.run({"a": lambda: 1, "stuck": lambda: release.wait(10) and 2, "c": lambda: 3}, timeout=0.1)
-        assert time.monotonic() - started < 1.0
-        assert results["a"] == 1 and results["c"] == 3
-        assert isinstance(results["stuck"], Hung)
-        # Still in its call: answered at once, and the others still run.
-        started = time.monotonic()
-        again = calls.run({"a": lambda: 10, "stuck": lambda: 20}, timeout=0.1)
-        assert time.monotonic() - started < 0.1
-        assert again["a"] == 10 and isinstance(again["stuck"], Hung)
-        release.set()
-        wait_until(lambda: not isinstance(calls.run({"stuck": lambda: 30}, timeout=0.1)["stuck"], Hung))
-        assert calls.run({"stuck": lambda: 30}, timeout=0.1) == {"stuck": 30}
-    finally:
-        release.set()
-        calls.close()
+def test_a_hung_call_costs_its_key_only_and_answers_again_once_it_returns(parts):
+    calls, release = parts.calls("test-calls"), parts.release
+    started = time.monotonic()
+    results = calls.run({"a": lambda: 1, "stuck": lambda: release.wait(10) and 2, "c": lambda: 3}, timeout=0.1)
+    assert time.monotonic() - started < 1.0
+    assert results["a"] == 1 and results["c"] == 3
+    assert isinstance(results["stuck"], Hung)
+    # Still in its call: answered at once, and the others still run.
+    started = time.monotonic()
+    again = calls.run({"a": lambda: 10, "stuck": lambda: 20}, timeout=2.0)
+    assert time.monotonic() - started < 1.0  # not its limit
+    assert again["a"] == 10 and isinstance(again["stuck"], Hung)
+    release.set()
+    wait_until(lambda: not isinstance(calls.run({"stuck": lambda: 30}, timeout=0.1)["stuck"], Hung))
+    assert calls.run({"stuck": lambda: 30}, timeout=0.1) == {"stuck": 30}
 
 
-def test_exceptions_are_results_and_keys_come_back_in_the_order_asked():
-    calls = BoundedCalls("test-errors")
-    try:
-        results = calls.run({"x": lambda: 1 / 0, "y": lambda: "fine"}, timeout=1.0)
-        assert list(results) == ["x", "y"]
-        assert isinstance(results["x"], ZeroDivisionError) and results["y"] == "fine"
-    finally:
-        calls.close()
+def test_exceptions_are_results_and_keys_come_back_in_the_order_asked(parts):
+    results = parts.calls("test-errors").run({"x": lambda: 1 / 0, "y": lambda: "fine"}, timeout=1.0)
+    assert list(results) == ["x", "y"]
+    assert isinstance(results["x"], ZeroDivisionError) and results["y"] == "fine"
 
 
-def test_a_scheduled_tick_goes_on_on_a_fresh_worker_and_the_abandoned_one_does_nothing_more():
-    lane = Lane("test-tick")
-    calls = BoundedCalls("test-tick-calls")
-    watchdog = Watchdog([lane], every=0.05)
-    release = threading.Event()
+def test_a_scheduled_tick_goes_on_on_a_fresh_worker_and_the_abandoned_one_does_nothing_more(parts):
+    lane, calls, release = parts.lane("test-tick"), parts.calls("test-tick-calls"), parts.release
     hang_once = threading.Event()
     after_the_call: list[str] = []  # the thread that went on after the bounded call, per tick
     ticks: list[tuple[str, bool]] = []
@@ -62,67 +86,47 @@ def test_a_scheduled_tick_goes_on_on_a_fresh_worker_and_the_abandoned_one_does_n
         ticks.append((threading.current_thread().name, late))
 
     hang_once.set()  # the first ticks answer at once
-    watchdog.start()
+    parts.watchdog([lane], every=0.05)
     lane.schedule(0.02, tick)
-    try:
-        wait_until(lambda: len(ticks) >= 3)
-        first_worker = ticks[0][0]
-        hang_once.clear()  # the next tick hangs in its read
-        wait_until(lambda: lane.replaced == 1)
-        hang_once.set()
-        count = len(ticks)
-        wait_until(lambda: len(ticks) >= count + 5)  # ticks go on while the read is stuck
-        assert all(name != first_worker for name, _ in ticks[count:])
-        by_first_worker = after_the_call.count(first_worker)
-        release.set()  # the abandoned worker's call returns: it must not go on with its tick
-        time.sleep(0.1)
-        assert after_the_call.count(first_worker) == by_first_worker
-        assert lane.replaced == 1
-    finally:
-        release.set()
-        watchdog.stop()
-        lane.close()
-        calls.close()
+    wait_until(lambda: len(ticks) >= 3)
+    first_worker = ticks[0][0]
+    hang_once.clear()  # the next tick hangs in its read
+    wait_until(lambda: lane.replaced == 1)
+    hang_once.set()
+    count = len(ticks)
+    wait_until(lambda: len(ticks) >= count + 5)  # ticks go on while the read is stuck
+    assert all(name != first_worker for name, _ in ticks[count:])
+    by_first_worker = after_the_call.count(first_worker)
+    release.set()  # the abandoned worker's call returns: it must not go on with its tick
+    time.sleep(0.1)
+    assert after_the_call.count(first_worker) == by_first_worker
+    assert lane.replaced == 1
 
 
-def test_a_job_interrupted_by_a_hang_runs_again_and_its_caller_gets_the_answer():
-    lane = Lane("test-job")
-    calls = BoundedCalls("test-job-calls")
-    release = threading.Event()
+def test_a_job_interrupted_by_a_hang_runs_again_and_its_caller_gets_the_answer(parts):
+    lane, calls, release = parts.lane("test-job"), parts.calls("test-job-calls"), parts.release
     runs: list[str] = []
 
     def job() -> dict:
         runs.append(threading.current_thread().name)
         return calls.run({"slow": lambda: release.wait(10), "fast": lambda: "yes"}, timeout=0.05)
 
-    try:
-        result = lane.call(job)
-        assert isinstance(result["slow"], Hung) and result["fast"] == "yes"
-        assert len(runs) == 2 and runs[0] != runs[1]  # run again on the fresh worker
-        assert lane.replaced == 1
-    finally:
-        release.set()
-        lane.close()
-        calls.close()
+    result = lane.call(job)
+    assert isinstance(result["slow"], Hung) and result["fast"] == "yes"
+    assert len(runs) == 2 and runs[0] != runs[1]  # run again on the fresh worker
+    assert lane.replaced == 1
 
 
-def test_an_exception_in_a_job_reaches_its_caller_and_the_lane_goes_on():
-    lane = Lane("test-raise")
-    try:
-        try:
-            lane.call(lambda: {}["missing"])
-        except KeyError:
-            pass
-        else:
-            raise AssertionError("the job's KeyError was lost")
-        assert lane.call(lambda: 42) == 42
-        assert lane.replaced == 0
-    finally:
-        lane.close()
+def test_an_exception_in_a_job_reaches_its_caller_and_the_lane_goes_on(parts):
+    lane = parts.lane("test-raise")
+    with pytest.raises(KeyError):
+        lane.call(lambda: {}["missing"])
+    assert lane.call(lambda: 42) == 42
+    assert lane.replaced == 0
 
 
-def test_a_tick_that_overruns_its_interval_makes_the_next_one_late_not_a_burst():
-    lane = Lane("test-late")
+def test_a_tick_that_overruns_its_interval_makes_the_next_one_late_not_a_burst(parts):
+    lane = parts.lane("test-late")
     ticks: list[tuple[float, bool]] = []
 
     def tick(late: bool) -> None:
@@ -131,31 +135,31 @@ def test_a_tick_that_overruns_its_interval_makes_the_next_one_late_not_a_burst()
             time.sleep(0.25)  # overruns two intervals of 0.05 s
 
     lane.schedule(0.05, tick)
-    try:
-        wait_until(lambda: len(ticks) >= 6)
-    finally:
-        lane.close()
+    wait_until(lambda: len(ticks) >= 6)
+    lane.close()
     assert [late for _, late in ticks[:2]] == [False, False]
     assert ticks[2][1] is True  # the tick after the overrun is late...
     assert ticks[3][0] - ticks[2][0] > 0.03  # ...and the missed ones are not run in a burst
     assert not any(late for _, late in ticks[3:6])
 
 
-def test_close_ends_the_worker():
-    lane = Lane("test-close")
+def test_close_ends_the_worker_and_a_closed_lane_takes_nothing_more(parts):
+    lane = parts.lane("test-close")
     lane.schedule(0.01, lambda late: None)
     lane.close()
     lane.join(1.0)
     assert not lane._worker.thread.is_alive()
+    with pytest.raises(RuntimeError):
+        lane.call(lambda: 1)
+    with pytest.raises(RuntimeError):
+        lane.schedule(0.01, lambda late: None)
 
 
-def test_a_hung_inner_call_costs_its_own_key_even_when_the_watchdog_looks_late():
+def test_a_hung_inner_call_costs_its_own_key_even_when_the_watchdog_looks_late(parts):
     """An NVML call of one GPU (0.05 s) inside the GPU collector (0.2 s): a watchdog that
     looks only after both limits passed sets aside that GPU, not the collector."""
-    lane = Lane("test-nested")
-    outer, inner = BoundedCalls("test-outer"), BoundedCalls("test-inner")
-    watchdog = Watchdog([lane], every=0.5)
-    release = threading.Event()
+    lane, release = parts.lane("test-nested"), parts.release
+    outer, inner = parts.calls("test-outer"), parts.calls("test-inner")
     answers: list[dict] = []
 
     def collector() -> dict:
@@ -165,24 +169,17 @@ def test_a_hung_inner_call_costs_its_own_key_even_when_the_watchdog_looks_late()
     def tick(late: bool) -> None:
         answers.append(outer.run({"gpu": collector}, timeout=0.2))
 
-    watchdog.start()
+    parts.watchdog([lane], every=0.5)
     lane.schedule(0.1, tick)
-    try:
-        wait_until(lambda: len(answers) >= 2)
-        for answer in answers[:2]:
-            assert not isinstance(answer["gpu"], Hung), answer  # the collector answers...
-            assert isinstance(answer["gpu"][2], Hung)  # ...without the GPU that hung
-            assert [answer["gpu"][g] for g in (0, 1, 3)] == [0, 1, 3]
-    finally:
-        release.set()
-        watchdog.stop()
-        lane.close()
+    wait_until(lambda: len(answers) >= 2)
+    for answer in answers[:2]:
+        assert not isinstance(answer["gpu"], Hung), answer  # the collector answers...
+        assert isinstance(answer["gpu"][2], Hung)  # ...without the GPU that hung
+        assert [answer["gpu"][g] for g in (0, 1, 3)] == [0, 1, 3]
 
 
-def test_a_caller_waiting_on_a_hung_job_is_told_when_the_lane_closes():
-    lane = Lane("test-closed")
-    calls = BoundedCalls("test-closed-calls")
-    release = threading.Event()
+def test_a_caller_waiting_on_a_hung_job_is_told_when_the_lane_closes(parts):
+    lane, calls, release = parts.lane("test-closed"), parts.calls("test-closed-calls"), parts.release
     outcome: list[object] = []
 
     def wait_for_job() -> None:
@@ -193,12 +190,8 @@ def test_a_caller_waiting_on_a_hung_job_is_told_when_the_lane_closes():
 
     waiter = threading.Thread(target=wait_for_job)
     waiter.start()
-    try:
-        time.sleep(0.05)  # the job is in its call, within its limit
-        lane.close()
-        waiter.join(2.0)
-        assert not waiter.is_alive(), "the caller still waits for a job nobody will run"
-        assert len(outcome) == 1 and isinstance(outcome[0], RuntimeError)
-    finally:
-        release.set()
-        calls.close()
+    time.sleep(0.05)  # the job is in its call, within its limit
+    lane.close()
+    waiter.join(2.0)
+    assert not waiter.is_alive(), "the caller still waits for a job nobody will run"
+    assert len(outcome) == 1 and isinstance(outcome[0], RuntimeError)
