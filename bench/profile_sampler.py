@@ -49,7 +49,7 @@ from exporter.cli import make_sampler  # noqa: E402
 from exporter.registry import Registry  # noqa: E402
 from exporter.settings import build_parser  # noqa: E402
 
-FRAMES = "time limits: noting each bounded call"
+FRAMES = "time limits and the sampler's bookkeeping per call"
 
 
 # --- exclusive timers per category ---------------------------------------------------------
@@ -118,7 +118,7 @@ def instrument(cats: Categories, sampler) -> None:
     cats.patch(MonotonicCounters, "apply", "counters (monotonic)")
     cats.patch(LinkLoad, "update", "link_load")
     cats.patch(Registry, "publish", "publish")
-    cats.patch(bounded.BoundedCalls, "_run_on", FRAMES)
+    cats.patch(bounded.BoundedCalls, "_call_on", FRAMES)
     if sampler.gpus is not None:
         backend = sampler.gpus.backend
         for attr in ("activity", "details", "health", "processes", "mig_uuids", "xid_counts"):

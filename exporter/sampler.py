@@ -96,9 +96,8 @@ class Sampler:
         self._slow_lane = Lane("gpunet-slow")
         self._fast_lane = Lane("gpunet-fast")
         self._watchdog: Watchdog | None = None
-        self._fast_started = False
-        self._fast_start_lock = threading.Lock()
-        self._fast_start_timer: threading.Timer | None = None
+        self._first_slow_tick = threading.Event()
+        self._fast_waits_until = 0.0  # monotonic: the fast ticks wait this long at most for the first slow tick
         self._report_lock = threading.Lock()  # both lanes report: the log bookkeeping is shared
         self.last_fast_tick = time.monotonic()
         self.first_fast_tick_done = threading.Event()
@@ -196,7 +195,7 @@ class Sampler:
         pause frames it summed per NIC (on most ticks it makes no per-priority samples) are
         kept in `wire` for link_load, after it in the same tick."""
         result = self._collect(collector, ctx)
-        wire[collector.name] = (result[0], getattr(collector, "received_pauses", {}))
+        wire[collector.name] = (result.samples, getattr(collector, "received_pauses", {}))
         return result
 
     def _derive_link_load(self, ctx: TickContext, wire: dict[str, tuple[list[Sample], dict[str, float]]]) -> float:
@@ -279,32 +278,23 @@ class Sampler:
     async def start(self) -> None:
         """Start ticking and return at once: the server listens before the first tick (which
         may wait on a hung source for a time limit). The fast ticks start once the first slow
-        tick is done (which the watchdog bounds), so the first already sees the NICs, and a
-        scrape after it (/healthz answers 200 from then on) sees every collector."""
+        tick is done (or two of its time limits passed), so the first already sees the NICs,
+        and a scrape after it (/healthz answers 200 from then on) sees every collector."""
         self._watchdog = Watchdog([self._slow_lane, self._fast_lane], every=self.watchdog_interval)
         self._watchdog.start()
-        self._slow_lane.schedule(self.slow_interval, self._scheduled_slow_tick)
         # However long the first slow tick takes (a source hung at start costs its limit),
         # the fast ticks start within two of its time limits.
-        self._fast_start_timer = threading.Timer(2 * self.slow_timeout, self._start_fast_ticks)
-        self._fast_start_timer.daemon = True
-        self._fast_start_timer.start()
+        self._fast_waits_until = time.monotonic() + 2 * self.slow_timeout
+        self._slow_lane.schedule(self.slow_interval, self._scheduled_slow_tick)
+        self._fast_lane.schedule(self.fast_interval, self._scheduled_fast_tick)
 
     def _scheduled_slow_tick(self, late: bool) -> None:
         self._run_scheduled("slow", self.slow_interval, self._slow_tick, late)
-        self._start_fast_ticks()
-
-    def _start_fast_ticks(self) -> None:
-        with self._fast_start_lock:
-            if self._fast_started:
-                return
-            self._fast_started = True
-        try:
-            self._fast_lane.schedule(self.fast_interval, self._scheduled_fast_tick)
-        except RuntimeError:  # stopped meanwhile
-            pass
+        self._first_slow_tick.set()
 
     def _scheduled_fast_tick(self, late: bool) -> None:
+        if not self._first_slow_tick.is_set() and time.monotonic() < self._fast_waits_until:
+            return  # not yet: the first fast tick should see the NICs
         self._run_scheduled("fast", self.fast_interval, self._fast_tick, late)
 
     def _run_scheduled(self, tick: str, interval: float, fn: Callable[[], None], late: bool) -> None:
@@ -323,8 +313,6 @@ class Sampler:
         left to the daemon threads, which do not hold the process."""
         if self._watchdog is not None:
             self._watchdog.stop()
-        if self._fast_start_timer is not None:
-            self._fast_start_timer.cancel()
         self._slow_lane.close()
         self._fast_lane.close()
         self._slow_calls.close()
