@@ -1,26 +1,26 @@
 #!/usr/bin/env python3
 """Where gpunet-exporter's sampling time goes, on every thread the ticks use.
 
-    python bench/profile_sampler.py [--root DIR] [--no-gpus] [--seconds 60] [--functions] [--top 25]
+    python bench/profile_sampler.py [--root DIR] [--no-gpus] [--seconds 60] [--paced-seconds 20]
+                                    [--functions] [--top 25]
 
 Builds the Sampler exactly as `gpunet-exporter` does (exporter.cli.make_sampler) over a
-fixture (by default a fresh bench/make_fixture.py node), then runs --seconds of exporter
-time of ticks back to back (one slow tick per --slow-interval, one fast tick per
---fast-interval, without the sleeps) on a lane's worker thread, as the running exporter
-does, three times over:
+fixture (by default a fresh bench/make_fixture.py node), then runs the ticks on a lane's
+worker thread, as the running exporter does:
 
-1. plain: CPU per tick (the worker's own clock, kernel time included) and wall time. This
-   is what the exporter pays in its ticks; the other two passes add their own overhead.
-2. categories: the functions that read the machine, call NVML, make counters monotonic,
-   derive link_load, publish, collect and keep calls under their time limits are timed
-   (exclusive wall time): the time of a tick per category.
-3. with --functions: cProfile of the worker; the top functions by own time.
+1. plain: --seconds of exporter time of ticks back to back (one slow tick per
+   --slow-interval, one fast tick per --fast-interval, without the sleeps): CPU per tick
+   (the worker's own clock, kernel time included) and wall time, with warm caches.
+2. paced: --paced-seconds of ticks at their own times, sleeping between them as the
+   exporter does, each run once more at once: CPU per tick as the exporter pays it (after a
+   sleep, in caches gone cold) beside the same work warm.
+3. categories: the ticks back to back again, with the functions that read the machine,
+   call NVML, make counters monotonic, derive link_load, publish, collect and keep calls
+   under their time limits timed (exclusive wall time): the time of a tick per category.
+4. with --functions: cProfile of the worker; the top functions by own time.
 
 Then the render of a scrape body (OpenMetrics, gzip) after each second of ticks, split
 into gathering the families, formatting (the families whose samples changed) and gzip.
-
-The ticks here run back to back with warm caches; the running exporter, which sleeps
-between ticks, pays about twice as much for the same work (bench/README.md).
 """
 
 from __future__ import annotations
@@ -174,6 +174,42 @@ def run_ticks(sampler, clock: Clock, n_slow: int, fast_per_slow: int, cpu: dict 
 LANE = bounded.Lane("gpunet-profile")
 
 
+def paced(sampler, seconds: float, fast_interval: float, fast_per_slow: int) -> None:
+    """Each tick at its time, with sleeps between as in the running exporter, timed on the
+    worker's clock, then run once more at once: the first run pays for caches that went cold
+    while the thread slept (what the exporter pays), the second is the same work warm. The
+    repeat sees no time pass: it adds nothing up, so it cannot cost more than the first."""
+    cold = {"fast": 0, "slow": 0}
+    warm = {"fast": 0, "slow": 0}
+    count = {"fast": 0, "slow": 0}
+
+    def ticks() -> None:
+        start = time.monotonic()
+        for n in range(round(seconds / fast_interval)):
+            due = start + n * fast_interval
+            time.sleep(max(0.0, due - time.monotonic()))
+            kinds = ["slow", "fast"] if n % fast_per_slow == 0 else ["fast"]
+            for tick in kinds:
+                fn = sampler._fast_tick if tick == "fast" else sampler._slow_tick
+                now = time.monotonic()
+                c0 = time.thread_time_ns()
+                fn(now)
+                c1 = time.thread_time_ns()
+                fn(now)
+                cold[tick] += c1 - c0
+                warm[tick] += time.thread_time_ns() - c1
+                count[tick] += 1
+
+    LANE.call(ticks)
+    print(f"\n2. paced: {seconds:g} s of ticks at their own times; CPU per tick, ms, as run (after a sleep) "
+          "and run again at once")
+    for tick in ("fast", "slow"):
+        n = max(count[tick], 1)
+        print(f"  {tick} tick: as run {cold[tick] / 1e6 / n:.3f}, again at once {warm[tick] / 1e6 / n:.3f}")
+    print(f"  ticks as run: {100 * (cold['fast'] + cold['slow']) / 1e9 / seconds:.2f}% of one core "
+          f"(again at once: {100 * (warm['fast'] + warm['slow']) / 1e9 / seconds:.2f}%)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--root", help="fixture root (default: a generated 8-port mlx5 node)")
@@ -182,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slow-interval", type=float, default=1.0)
     p.add_argument("--no-gpus", action="store_true", help="generate the fixture without nvml.json")
     p.add_argument("--functions", action="store_true", help="also cProfile every thread and list the top functions")
+    p.add_argument("--paced-seconds", type=float, default=20.0,
+                   help="seconds of ticks at their own times, for what sleeping between them costs (0 skips)")
     p.add_argument("--top", type=int, default=25, help="functions to list (default 25)")
     p.add_argument("--sort", default="tottime", choices=("tottime", "cumulative"))
     args = p.parse_args(argv)
@@ -218,7 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     ticks_cpu = (cpu["fast"] + cpu["slow"]) / 1e9
     print(f"  ticks alone: {100 * ticks_cpu / exporter_seconds:.2f}% of one core")
 
-    # 2. categories: the timers are reset before each tick and read after it
+    # 2. paced, before any timer is put in: the ticks at their own times, with the sleeps
+    if args.paced_seconds > 0:
+        paced(sampler, args.paced_seconds, args.fast_interval, fast_per_slow)
+
+    # 3. categories: the timers are reset before each tick and read after it
     cats = Categories()
     instrument(cats, sampler)
     per_tick: dict[str, dict[str, float]] = {"fast": defaultdict(float), "slow": defaultdict(float)}
@@ -238,13 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     for tick, n in (("fast", n_fast), ("slow", n_slow)):
         seconds = per_tick[tick]
         seconds["tick, other"] = tick_wall[tick] - sum(seconds.values())
-        print(f"\n2. {tick} tick by category: wall ms per tick, exclusive (timers' own overhead included; "
+        print(f"\n3. {tick} tick by category: wall ms per tick, exclusive (timers' own overhead included; "
               f"wall {1e3 * tick_wall[tick] / n:.3f} ms)")
         for k, v in sorted(seconds.items(), key=lambda x: -x[1]):
             count = calls[tick].get(k)
             print(f"  {1e3 * v / n:8.3f}  {k}" + (f"  ({count / n:.0f} calls)" if count else ""))
 
-    # 3. functions
+    # 4. functions
     if args.functions:
         prof = cProfile.Profile()
 
@@ -257,10 +299,10 @@ def main(argv: list[str] | None = None) -> int:
         out = io.StringIO()
         stats = pstats.Stats(prof, stream=out)
         stats.sort_stats(args.sort).print_stats(args.top)
-        print("\n3. functions (cProfile, with its overhead, timers of pass 2 included):")
+        print("\n4. functions (cProfile, with its overhead, timers of pass 3 included):")
         print(out.getvalue())
 
-    # 4. render, once a second of ticks (as scraped at 1 Hz): what changed since is formatted anew
+    # 5. render, once a second of ticks (as scraped at 1 Hz): what changed since is formatted anew
     n_render = 100
     gather = fmt = zipped = 0.0
     for _ in range(n_render):
@@ -273,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         gzip.compress(body, compresslevel=1)
         t3 = time.perf_counter()
         gather, fmt, zipped = gather + t1 - t0, fmt + t2 - t1, zipped + t3 - t2
-    print(f"\n4. render of one scrape body ({len(body)} bytes), after a second of ticks: families "
+    print(f"\n5. render of one scrape body ({len(body)} bytes), after a second of ticks: families "
           f"{1e3 * gather / n_render:.3f} ms, "
           f"format {1e3 * fmt / n_render:.3f} ms, gzip {1e3 * zipped / n_render:.3f} ms")
 

@@ -59,7 +59,8 @@ def discover(root: Root, opts: InventoryOptions, errors: list[SourceError],
     # or swapped names with another, or a driver reloaded, changes this, and then what was
     # memoised and the files kept open (exporter/root.py) are let go.
     netdevs = netdev_reader.list_netdevs(root)
-    rel = [f"{netdev_reader.NET}/{n}" for n in netdevs] + [f"{rdma_reader.IB}/{d}" for d in root.listdir(rdma_reader.IB)]
+    rdma_devices = root.listdir(rdma_reader.IB)
+    rel = [f"{netdev_reader.NET}/{n}" for n in netdevs] + [f"{rdma_reader.IB}/{d}" for d in rdma_devices]
     present = frozenset((r, root.identity(r)) for r in rel)
     changed = static.get(PRESENT) != present
     if changed:
@@ -67,7 +68,7 @@ def discover(root: Root, opts: InventoryOptions, errors: list[SourceError],
         static[PRESENT] = present
     root.forget_open_files(devices_changed=changed)
 
-    ports = rdma_reader.list_ports(root, errors, static)
+    ports = rdma_reader.list_ports(root, errors, static, rdma_devices)
     port_of_netdev = {p.netdev: p for p in ports if p.netdev}
     found: list[tuple[str, str, RdmaPort | None, str, str, str, str, float | None]] = []
     for name in netdevs:

@@ -58,9 +58,9 @@ class DriverCounters:
         return tuple((labels, tuple(names)) for labels, names in aliases.items())
 
     @cached_property
-    def received_pause_aliases(self) -> tuple[tuple[str, ...], ...]:
-        """The names tried for each received pause frame counter (every priority, and global)."""
-        return tuple(names for (direction, _), names in self.pause_frame_aliases if direction == "receive")
+    def received_pause_aliases(self) -> tuple[tuple[tuple[str, str], tuple[str, ...]], ...]:
+        """The entries of pause_frame_aliases for received frames (every priority, and global)."""
+        return tuple(entry for entry in self.pause_frame_aliases if entry[0][0] == "receive")
 
     @cached_property
     def slow_names(self) -> frozenset[str]:

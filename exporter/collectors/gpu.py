@@ -64,7 +64,10 @@ class GpuActivityCollector:
     def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
         self.source.ensure_open()
         identities = self.source.identities
-        results = self.calls.run({g.index: (lambda i=g.index: self.source.backend.activity(i)) for g in identities},
+        # The SM clock is exported only at the refresh: asking NVML for it on the ticks in
+        # between would be a call per GPU per tick that no series shows.
+        activity, sm_clock = self.source.backend.activity, ctx.refresh_all
+        results = self.calls.run({g.index: (lambda i=g.index: activity(i, sm_clock)) for g in identities},
                                  timeout=max(0.5 * self.fast_interval, 0.05))
         samples: list[Sample] = []
         up = []

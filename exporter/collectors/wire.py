@@ -104,20 +104,18 @@ class WireCollector:
             samples.append(Sample(NIC_RECEIVE_BYTES, (nic.device,), rx))
         if tx is not None:
             samples.append(Sample(NIC_TRANSMIT_BYTES, (nic.device,), tx))
-        if per_priority:
-            for (direction, priority), names in table.pause_frame_aliases:
-                for name in names:  # the first alias present wins
-                    value = stats.get(name)
-                    if value is not None:
-                        samples.append(Sample(NIC_PFC_PAUSE_FRAMES, (nic.device, direction, priority), value))
-                        break
+        # One walk of the aliases: every pause counter on the tick that makes the per-priority
+        # series, else only the received ones, which the network state needs.
         received = 0.0
         found = False
-        for names in table.received_pause_aliases:
-            for name in names:
+        device = nic.device
+        for (direction, priority), names in table.pause_frame_aliases if per_priority else table.received_pause_aliases:
+            for name in names:  # the first alias present wins
                 value = stats.get(name)
                 if value is not None:
-                    if 0 <= value < INF:  # a driver's -1 or NaN is no reading
+                    if per_priority:
+                        samples.append(Sample(NIC_PFC_PAUSE_FRAMES, (device, direction, priority), value))
+                    if direction == "receive" and 0 <= value < INF:  # a driver's -1 or NaN is no reading
                         received += value
                         found = True
                     break

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 from exporter.readers.pci import PCI_DEVICES
 from exporter.root import Root, SourceError
@@ -64,12 +65,11 @@ class GpuIdentity:
     numa_node: str
 
 
-@dataclass(frozen=True)
-class GpuActivity:
-    """What the fast tick needs."""
+class GpuActivity(NamedTuple):
+    """What the fast tick needs, of one GPU (a tuple: one per GPU every fast tick)."""
 
     utilization: float  # 0..1, the fraction of time a kernel ran
-    sm_clock_hz: float | None
+    sm_clock_hz: float | None  # None where not asked for (activity(sm_clock=False)) or not known
     reasons: frozenset[str]  # active throttle reasons, contract names
 
 
@@ -180,11 +180,11 @@ class FixtureGpus:
                 raise SourceError(str(self.path), f"GPU entry without a valid index: {e}") from e
         return out
 
-    def activity(self, index: int) -> GpuActivity:
+    def activity(self, index: int, sm_clock: bool = True) -> GpuActivity:
         g = self._gpu(index)
         try:
             utilization = float(g["utilization_gpu"]) / 100.0
-            clock = g.get("sm_clock_hz")
+            clock = g.get("sm_clock_hz") if sm_clock else None
             reasons = frozenset(g.get("clock_event_reasons", []))
         except (KeyError, TypeError, ValueError) as e:
             raise SourceError(f"{self.path} gpu {index}", f"bad reading: {e!r}") from e
@@ -331,12 +331,12 @@ class NvmlGpus:
     def gpus(self) -> list[GpuIdentity]:
         return [g.identity for g in self._gpus.values()]
 
-    def activity(self, index: int) -> GpuActivity:
+    def activity(self, index: int, sm_clock: bool = True) -> GpuActivity:
         nv, gpu = self._nvml, self._gpus[index]
         where = f"NVML gpu {index}"
         try:
             utilization = self._utilization(gpu)
-            clock = nv.nvmlDeviceGetClockInfo(gpu.handle, NVML_CLOCK_SM) * 1e6
+            clock = nv.nvmlDeviceGetClockInfo(gpu.handle, NVML_CLOCK_SM) * 1e6 if sm_clock else None
             try:
                 mask = nv.nvmlDeviceGetCurrentClocksEventReasons(gpu.handle)
             except AttributeError:

@@ -59,15 +59,20 @@ def _port_netdev(root: Root, dev: str, port: str) -> str:
     return ""
 
 
-def list_ports(root: Root, errors: list[SourceError], static: dict | None = None) -> list[RdmaPort]:
-    """Every RDMA port. `static` memoises what does not change while a device exists (link
-    layer, netdev); rate and state are read every time."""
+def list_ports(root: Root, errors: list[SourceError], static: dict | None = None,
+               devices: list[str] | None = None) -> list[RdmaPort]:
+    """Every RDMA port (of `devices`, the listing of sys/class/infiniband where the caller
+    has it). `static` memoises what does not change while a device exists (its ports, their
+    link layer and netdev); rate and state are read every time."""
     static = {} if static is None else static
     ports = []
-    for dev in root.listdir(IB):
-        for port in root.listdir(f"{IB}/{dev}/ports"):
-            if not port.isdigit():
-                continue
+    for dev in root.listdir(IB) if devices is None else devices:
+        numbers = static.get(f"{IB}/{dev}/ports")
+        if numbers is None:
+            numbers = [p for p in root.listdir(f"{IB}/{dev}/ports") if p.isdigit()]
+            if numbers:  # none yet: a device still being registered, listed again next time
+                static[f"{IB}/{dev}/ports"] = numbers
+        for port in numbers:
             base = f"{IB}/{dev}/ports/{port}"
             try:
                 known = static.get(base)
