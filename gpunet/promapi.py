@@ -29,11 +29,6 @@ class PromError(Exception):
     """A request to the Prometheus API failed; str() is a one-line cause fit for users."""
 
 
-class PromLimitError(PromError):
-    """The server refused a query over one of its limits (samples, series, points per
-    series) or its answer was over MAX_RESPONSE_BYTES: a smaller query may pass."""
-
-
 # How engines word a refusal over a query limit. Prometheus: "query processing would load
 # too many samples into memory" (--query.max-samples); VictoriaMetrics: "cannot select more
 # than -search.maxSamplesPerQuery=N samples", "the number of matching timeseries exceeds
@@ -42,6 +37,27 @@ class PromLimitError(PromError):
 # samples/series/chunks", "max-fetched-series-per-query".
 _LIMIT = re.compile(r"too many (samples|points|series|chunks)|search\.max|max[-_](samples|fetched|series|chunks)"
                     r"|exceed(s|ed)? (the (maximum|limit)|\d+)", re.IGNORECASE)
+# The limit a refusal names, for a warning (the engines' messages run to 300 characters).
+# Flags and phrases only, the flag first: the message quotes the query, whose functions are
+# named max_...
+_LIMIT_NAMES = [re.compile(r) for r in (r"-search\.max\w+(=\d+)?", r"too many \w+", r"max-[a-z-]+",
+                                         r"exceed\w* the \w+ \w+ of \w+",
+                                         r"[\w ]{0,40}exceeds \d+", r"over \d+ MiB")]
+# Limits on the points of each series: a query over fewer series will not pass them.
+_PER_SERIES = re.compile(r"PointsPerTimeseries|SamplesPerSeries|too many points")
+
+
+class PromLimitError(PromError):
+    """The server refused a query over one of its limits (samples, series, points per
+    series) or its answer was over MAX_RESPONSE_BYTES: a smaller query may pass. `limit`
+    names the limit as the server's message does; `per_series`: a limit on each series'
+    points, which a query over fewer series does not pass either."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        found = next((m for m in (pattern.search(message) for pattern in _LIMIT_NAMES) if m), None)
+        self.limit = found.group(0).strip() if found else message
+        self.per_series = bool(_PER_SERIES.search(self.limit))
 
 
 def redact(url: str) -> str:

@@ -163,3 +163,5 @@ async def test_a_refusal_over_a_query_limit_is_told_apart(counted):
         with pytest.raises(PromLimitError) as err:
             await client.query("up", 1767225600)
     assert "too many samples" in str(err.value)
+    # The limit named for the warning, and not one on each series' points (a split by nodes helps).
+    assert err.value.limit == "too many samples" and not err.value.per_series

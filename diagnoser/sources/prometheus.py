@@ -51,20 +51,6 @@ NIC_DRILL_DOWN = ("speed", "up", "pfc_", "rdma_loss", "carrier_changes", "tx_byt
 # every raw series of the column in every window: 60% of Prometheus' CPU for a NIC column).
 _GUARD = re.compile(r"\$\[(.*?)\]\$")
 
-
-# The limit a refusal names, for the warning (the engines' messages run to 300 characters).
-# (Flags and phrases only: the message quotes the query, whose functions are named max_...)
-_LIMIT_NAMES = [re.compile(r) for r in (r"-search\.max\w+(=\d+)?", r"too many \w+", r"max-[a-z-]+",
-                                         r"exceed\w* the \w+ \w+ of \w+",
-                                         r"[\w ]{0,40}exceeds \d+", r"over \d+ MiB")]  # the flag first
-
-
-def _limit_name(refusal: str) -> str:
-    found = next((m for m in (pattern.search(refusal) for pattern in _LIMIT_NAMES) if m), None)
-    return found.group(0).strip() if found else refusal
-
-
-_PER_SERIES = re.compile(r"PointsPerTimeseries|SamplesPerSeries|too many points")  # fewer nodes will not help
 _SERIES = re.compile(rb'\{"metric":(\{[^{}]*\}),"values":\[(.*?)\]\}')
 
 
@@ -173,9 +159,8 @@ class _Queries:
         except PromLimitError as refused:
             if group is None:
                 group = self.instances
-            limit = _limit_name(str(refused))
-            per_series = bool(_PER_SERIES.search(limit))
-            by_nodes = not per_series and len(group) > 1
+            limit = refused.limit
+            by_nodes = not refused.per_series and len(group) > 1
             if depth >= MAX_SPLITS or not (by_nodes or (windows is not None and len(windows) > 1)):
                 raise
             halves: list[tuple[list[str] | None, np.ndarray | None]]
@@ -241,7 +226,7 @@ async def _instances(client: PrometheusClient, start: float, end: float, progres
         return sorted(await client.label_values("instance", ['{__name__=~"gpunet_.*"}'], start, end))
     except PromLimitError as refused:
         progress(f"warning: the server refused to list the nodes of every gpunet series over its limit "
-                 f"({_limit_name(str(refused))}): nodes listed from {PRESENCE_METRIC}")
+                 f"({refused.limit}): nodes listed from {PRESENCE_METRIC}")
         return sorted(await client.label_values("instance", [PRESENCE_METRIC], start, end))
 
 
@@ -400,7 +385,7 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         frame.without_instance = len(await client.series(['{__name__=~"gpunet_.+",instance=""}'], start, end))
     except PromLimitError as refused:
         progress(f"warning: the server refused to count the series without an instance over its limit "
-                 f"({_limit_name(str(refused))}): not counted")
+                 f"({refused.limit}): not counted")
     if has_gpus:
         frame.gpu_seconds = await _gpu_seconds(q)
     split = f", {q.splits} split to fit the server's limits" if q.splits else ""
