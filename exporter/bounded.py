@@ -162,11 +162,11 @@ class _Worker:
         lane = self.lane
         try:
             while True:
-                wait = lane.until_next_tick()
+                wait = lane._until_next_tick()
                 try:
                     job = self.jobs.get(timeout=wait) if wait is None or wait > 0 else self.jobs.get_nowait()
                 except queue.Empty:
-                    lane.run_scheduled_tick()
+                    lane._run_scheduled_tick()
                     continue
                 if job is None:
                     return
@@ -209,12 +209,21 @@ class Lane:
         self._tick: Callable[[bool], object] | None = None
         self._deadline = 0.0
         self._closed = False
+        # Started at the first schedule or call: a lane made and never used (a sampler built
+        # and ticked by hand, as tests do) holds no thread.
         self._worker = self._new_worker()
-        self._worker.thread.start()
 
     def _new_worker(self) -> _Worker:
         self._workers += 1
         return _Worker(self, self._workers)
+
+    def _hand(self, job: _Job) -> None:
+        """Queue a job for the worker, started if it was not (under self._lock)."""
+        if self._closed:
+            raise RuntimeError(f"lane {self.name} is closed")
+        if self._worker.thread.ident is None:
+            self._worker.thread.start()
+        self._worker.jobs.put(job)
 
     @property
     def replaced(self) -> int:
@@ -231,12 +240,12 @@ class Lane:
                 raise RuntimeError(f"lane {self.name} is closed")
             self._interval, self._tick = interval, tick
             self._deadline = time.monotonic()
-            self._worker.jobs.put(_Job(lambda: None))  # wakes the worker to take up its schedule
+            self._hand(_Job(lambda: None))  # wakes the worker to take up its schedule
 
-    def until_next_tick(self) -> float | None:
+    def _until_next_tick(self) -> float | None:
         return None if self._interval is None else self._deadline - time.monotonic()
 
-    def run_scheduled_tick(self) -> None:
+    def _run_scheduled_tick(self) -> None:
         interval, tick = self._interval, self._tick
         if interval is None or tick is None:  # closed meanwhile
             return
@@ -253,9 +262,7 @@ class Lane:
         supervising the worker while waiting."""
         job = _Job(fn)
         with self._lock:
-            if self._closed:
-                raise RuntimeError(f"lane {self.name} is closed")
-            self._worker.jobs.put(job)
+            self._hand(job)
         while not job.done.wait(SUPERVISE_EVERY):
             self.supervise()
         if job.error is not None:
@@ -276,8 +283,12 @@ class Lane:
                 return None
             fresh = self._new_worker()
             # Started first: should it fail (no threads left), the abandoned worker stays in
-            # place with its queue, and the next look tries again.
-            fresh.thread.start()
+            # place with its queue, and the next look tries again (with the same number).
+            try:
+                fresh.thread.start()
+            except BaseException:
+                self._workers -= 1
+                raise
             interrupted = worker.job
             if interrupted is not None and self._closed:  # nobody would run it again: its caller is told
                 interrupted.error = RuntimeError(f"lane {self.name} closed while a call on it hung")
@@ -300,7 +311,8 @@ class Lane:
             self._worker.jobs.put(None)
 
     def join(self, timeout: float) -> None:
-        self._worker.thread.join(timeout)
+        if self._worker.thread.ident is not None:  # never started: nothing to wait for
+            self._worker.thread.join(timeout)
 
 
 class Watchdog:

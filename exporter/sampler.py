@@ -298,11 +298,12 @@ class Sampler:
         self._run_scheduled("fast", self.fast_interval, self._fast_tick, late)
 
     def _run_scheduled(self, tick: str, interval: float, fn: Callable[[], None], late: bool) -> None:
+        # Counted as it starts: a tick abandoned in a hang (exporter/bounded.py) never ends here.
+        self.registry.add_tick(tick, interval, late)
         try:
             fn()
         except Exception:  # noqa: BLE001 - collectors are guarded; this is a bug elsewhere
             log.exception("%s tick failed", tick)
-        self.registry.add_tick(tick, interval, late)
 
     def wait_first_ticks(self, timeout: float) -> bool:
         """For `scrape` and tests: True once the first fast tick (after the first inventory) ran."""

@@ -195,3 +195,47 @@ def test_a_caller_waiting_on_a_hung_job_is_told_when_the_lane_closes(parts):
     waiter.join(2.0)
     assert not waiter.is_alive(), "the caller still waits for a job nobody will run"
     assert len(outcome) == 1 and isinstance(outcome[0], RuntimeError)
+
+
+
+def test_a_fresh_worker_that_cannot_start_is_tried_again_and_not_counted(parts, monkeypatch):
+    """Out of threads (RuntimeError: can't start new thread), the abandoned worker stays in
+    place and the watchdog's next look tries again; `replaced` counts the workers that did
+    start, and the ticks go on on the one that did."""
+    lane, calls, release = parts.lane("test-start"), parts.calls("test-start-calls"), parts.release
+    refusals = []
+    start = threading.Thread.start
+
+    def refuse_once(thread: threading.Thread) -> None:
+        if thread.name == "test-start-2" and not refusals:
+            refusals.append(thread.name)
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse_once)
+    ticks: list[str] = []
+
+    def tick(late: bool) -> None:
+        calls.run({"read": lambda: release.wait(10) if not ticks else "ok"}, timeout=0.05)
+        ticks.append(threading.current_thread().name)
+
+    parts.watchdog([lane], every=0.05)
+    lane.schedule(0.02, tick)
+    wait_until(lambda: len(ticks) >= 3)
+    assert refusals == ["test-start-2"]  # the first look's fresh worker
+    assert lane.replaced == 1
+    assert set(ticks) == {"test-start-2"}  # the next look started one, under the same number
+
+
+def test_a_lane_holds_no_thread_until_it_is_given_work(parts):
+    def threads(prefix: str) -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
+
+    lane = parts.lane("test-lazy")
+    idle = Lane("test-never-used")
+    assert threads("test-lazy") == [] and threads("test-never-used") == []
+    assert lane.call(lambda: threading.current_thread().name) == "test-lazy-1"
+    assert threads("test-lazy") == ["test-lazy-1"]
+    idle.close()
+    idle.join(1.0)  # closed and joined without ever starting
+    assert threads("test-never-used") == []

@@ -3,6 +3,7 @@ stuck in a read does) costs its own collector and nothing else: the server liste
 other collectors and the GPU's fast-tick counters keep moving, and SIGTERM still ends the
 process within 5 s."""
 
+import asyncio
 import os
 import shutil
 import time
@@ -70,3 +71,51 @@ def test_a_hung_read_costs_its_collector_only(tmp_path, relative, hung):
         code = proc.stop(timeout=10)
         took = time.monotonic() - t0
     assert took < 5 and code == 0, f"SIGTERM took {took:.1f}s (exit {code})\n{proc.log()}"
+
+
+async def test_a_tick_abandoned_in_a_hang_is_still_counted(tmp_path):
+    """gpunet_exporter_ticks_total counts every tick that began, the one a hung read held
+    (and whose worker was set aside) included."""
+    from exporter_harness import Node
+
+    from exporter.bounded import Abandoned
+
+    fifo = "sys/class/net/ens1f0np0/statistics/rx_bytes"
+    node = Node(node_with_fifo(tmp_path, fifo), slow_interval=0.3)
+    sampler = node.sampler
+    began = {"slow": 0}
+    abandoned = []
+    slow_tick = sampler._slow_tick
+
+    def counted_slow_tick(now=None):
+        began["slow"] += 1
+        try:
+            slow_tick(now)
+        except Abandoned:
+            abandoned.append(began["slow"])
+            raise
+
+    sampler._slow_tick = counted_slow_tick
+    await sampler.start()
+    try:
+        deadline = time.monotonic() + 15
+        # The first slow tick hangs in the FIFO; the watchdog sets its worker aside, and the
+        # FIFO is then opened for writing once so that the abandoned read returns.
+        while not sampler._slow_lane.replaced and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert sampler._slow_lane.replaced, "the hung slow tick was never set aside"
+        os.close(os.open(sampler.root.path(fifo), os.O_WRONLY))
+        while not abandoned and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        while began["slow"] < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        started = began["slow"]
+        counted = node.value("gpunet_exporter_ticks_total", tick="slow")
+    finally:
+        await sampler.stop()
+        try:  # a later tick's read may be stuck in the FIFO again: let it return
+            os.close(os.open(sampler.root.path(fifo), os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # ENXIO: no reader is waiting
+            pass
+    assert len(abandoned) == 1, abandoned  # the tick whose worker was set aside came back, and unwound
+    assert counted is not None and counted >= started >= 3, (counted, started)
