@@ -264,7 +264,10 @@ class Lane:
         with self._lock:
             self._hand(job)
         while not job.done.wait(SUPERVISE_EVERY):
-            self.supervise()
+            try:
+                self.supervise()
+            except RuntimeError:  # no thread to start a fresh worker: the next look tries again
+                pass
         if job.error is not None:
             raise job.error
         return job.result

@@ -68,7 +68,7 @@ def discover(root: Root, opts: InventoryOptions, errors: list[SourceError],
         static[PRESENT] = present
     root.forget_open_files(devices_changed=changed)
 
-    ports = rdma_reader.list_ports(root, errors, static, rdma_devices)
+    ports = rdma_reader.list_ports(root, errors, static, rdma_devices, settled=not changed)
     port_of_netdev = {p.netdev: p for p in ports if p.netdev}
     found: list[tuple[str, str, RdmaPort | None, str, str, str, str, float | None]] = []
     for name in netdevs:

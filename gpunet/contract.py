@@ -233,7 +233,7 @@ COLLECTOR_ERRORS = _m("gpunet_exporter_collector_errors_total", "counter",
                       ("collector",))
 COLLECTOR_LAST_SUCCESS = _m("gpunet_exporter_collector_last_run_timestamp_seconds", "gauge",
                             "Unix time of the collector's last run.", ("collector",))
-TICKS = _m("gpunet_exporter_ticks_total", "counter", "Sampler ticks run.", ("tick",))
+TICKS = _m("gpunet_exporter_ticks_total", "counter", "Sampler ticks begun.", ("tick",))
 TICKS_LATE = _m("gpunet_exporter_ticks_late_total", "counter",
                 "Ticks that started more than one interval late (the previous tick overran).", ("tick",))
 TICK_INTERVAL = _m("gpunet_exporter_tick_interval_seconds", "gauge", "Configured tick interval.", ("tick",))

@@ -196,6 +196,24 @@ def test_a_name_taken_by_another_device_is_read_from_that_device(node_copy):
     assert node.value("gpunet_nic_mtu_bytes", device="ens9np9") == old_mtu
 
 
+
+def test_a_port_listed_after_its_device_appeared_is_found(node_copy):
+    """The kernel adds a new RDMA device's ports one by one: a port that was not there yet
+    when discovery first saw its device is found at the next discovery (a device's ports are
+    memoised only from its second look on)."""
+    root = node_copy("ib-mlx5")
+    device = root / IB / "mlx5_1"
+    away = root / "away"
+    shutil.move(device, away)
+    node = Node(root).tick()
+    shutil.move(away, device)  # the device is back with its first port only
+    node.tick()
+    assert {dict(k)["device"] for k in node.series("gpunet_nic_info")} >= {"ib0", "mlx5_1:1"}
+    shutil.copytree(device / "ports/1", device / "ports/2")  # its second port comes up
+    node.tick().tick()
+    devices = {dict(k)["device"] for k in node.series("gpunet_nic_info")}
+    assert "mlx5_1:2" in devices, devices
+
 def test_two_devices_that_swap_names_are_each_read_by_its_new_name(node_copy):
     """The same names before and after, each leading to the other device: discovery tells
     by what each name leads to, and lets the kept files and what it memoised go."""

@@ -60,17 +60,20 @@ def _port_netdev(root: Root, dev: str, port: str) -> str:
 
 
 def list_ports(root: Root, errors: list[SourceError], static: dict | None = None,
-               devices: list[str] | None = None) -> list[RdmaPort]:
+               devices: list[str] | None = None, settled: bool = False) -> list[RdmaPort]:
     """Every RDMA port (of `devices`, the listing of sys/class/infiniband where the caller
-    has it). `static` memoises what does not change while a device exists (its ports, their
-    link layer and netdev); rate and state are read every time."""
+    has it). `static` memoises what does not change while a device exists (their link layer
+    and netdev; and, once `settled`, each device's ports); rate and state are read every time.
+    `settled`: the devices are those the caller saw at its last look. A device just
+    registered may not list all its ports yet (the kernel adds them one by one), so its
+    ports are memoised only from its second look on."""
     static = {} if static is None else static
     ports = []
     for dev in root.listdir(IB) if devices is None else devices:
         numbers = static.get(f"{IB}/{dev}/ports")
         if numbers is None:
             numbers = [p for p in root.listdir(f"{IB}/{dev}/ports") if p.isdigit()]
-            if numbers:  # none yet: a device still being registered, listed again next time
+            if settled:
                 static[f"{IB}/{dev}/ports"] = numbers
         for port in numbers:
             base = f"{IB}/{dev}/ports/{port}"
