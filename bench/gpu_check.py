@@ -70,10 +70,14 @@ def value(m: dict, name: str, **labels) -> float | None:
     return m.get((name, tuple(sorted(labels.items()))))
 
 
-def idle_split(a: dict, b: dict, gpu: str) -> dict[str, float]:
-    """Idle seconds of a GPU by network_state between two scrapes."""
-    return {s: (value(b, "gpunet_gpu_idle_seconds_total", gpu=gpu, network_state=s) or 0.0)
-            - (value(a, "gpunet_gpu_idle_seconds_total", gpu=gpu, network_state=s) or 0.0) for s in STATES}
+def delta(a: dict, b: dict, name: str, **labels) -> float:
+    """How much a counter grew between two scrapes (absent: 0)."""
+    return (value(b, name, **labels) or 0.0) - (value(a, name, **labels) or 0.0)
+
+
+def by_state(a: dict, b: dict, name: str, **labels) -> dict[str, float]:
+    """The growth of a counter split by network_state, between two scrapes."""
+    return {s: delta(a, b, name, network_state=s, **labels) for s in STATES}
 
 
 def transfer(seconds: float) -> float:
@@ -195,22 +199,19 @@ def main() -> int:
         moved, t3 = scrape(url), time.monotonic()
         report.update(load_seconds=t1 - t0, quiet_seconds=t2 - t1, transfer_seconds=t3 - t2,
                       transfer_gbit_per_second=rate / 1e9,
-                      network_state_seconds={phase: {s: (value(b, "gpunet_node_network_state_seconds_total",
-                                                               network_state=s) or 0.0)
-                                                     - (value(a, "gpunet_node_network_state_seconds_total",
-                                                              network_state=s) or 0.0) for s in STATES}
-                                             for phase, a, b in (("quiet", loaded, quiet),
-                                                                 ("transfer", quiet, moved))})
+                      network_state_seconds={
+                          "quiet": by_state(loaded, quiet, "gpunet_node_network_state_seconds_total"),
+                          "transfer": by_state(quiet, moved, "gpunet_node_network_state_seconds_total")})
         gpus = sorted({dict(k)["gpu"] for (n, k) in before if n == "gpunet_gpu_busy_seconds_total"}, key=int)
         print(f"loopback transfer: {rate / 1e9:.1f} Gbit/s over lo declared 1 Gbit/s; node network_state seconds "
               f"{report['network_state_seconds']}")
         print(f"{'gpu':>4} {'busy/load':>10} {'busy/quiet':>10} {'idle quiet->quiet':>18} "
               f"{'idle transfer->saturated':>25} {'sm_active':>10} {'clock MHz':>10}")
         for gpu in gpus:
-            busy = [value(m, "gpunet_gpu_busy_seconds_total", gpu=gpu) or 0.0 for m in (before, loaded, quiet)]
-            split_quiet, split_transfer = idle_split(loaded, quiet, gpu), idle_split(quiet, moved, gpu)
-            row = {"busy_fraction_load": (busy[1] - busy[0]) / (t1 - t0),
-                   "busy_fraction_quiet": (busy[2] - busy[1]) / (t2 - t1),
+            split_quiet = by_state(loaded, quiet, "gpunet_gpu_idle_seconds_total", gpu=gpu)
+            split_transfer = by_state(quiet, moved, "gpunet_gpu_idle_seconds_total", gpu=gpu)
+            row = {"busy_fraction_load": delta(before, loaded, "gpunet_gpu_busy_seconds_total", gpu=gpu) / (t1 - t0),
+                   "busy_fraction_quiet": delta(loaded, quiet, "gpunet_gpu_busy_seconds_total", gpu=gpu) / (t2 - t1),
                    "idle_split_quiet": split_quiet, "idle_split_transfer": split_transfer,
                    "sm_active_during_load": value(loaded, "gpunet_gpu_sm_active_ratio", gpu=gpu),
                    "tensor_active_during_load": value(loaded, "gpunet_gpu_tensor_active_ratio", gpu=gpu),

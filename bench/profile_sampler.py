@@ -175,24 +175,20 @@ LANE = bounded.Lane("gpunet-profile")
 
 
 def paced(sampler, clock: Clock, seconds: float, fast_per_slow: int) -> None:
-    """Each tick at its time, with sleeps between as in the running exporter, timed on the
-    worker's clock, then run once more at once: the first run pays for caches that went cold
-    while the thread slept (what the exporter pays), the second is the same work warm (the
-    refresh state put back as it was; the repeat sees no time pass, so it adds nothing up).
-    The times go on from `clock`'s, which the other passes run on."""
+    """The ticks of `clock` (the times the other passes run on, going on from theirs), each
+    at its time with sleeps between as in the running exporter, timed on the worker's clock,
+    then run once more at once: the first run pays for caches that went cold while the
+    thread slept (what the exporter pays), the second is the same work warm (the refresh
+    state put back as it was; the repeat sees no time pass, so it adds nothing up)."""
     cold = {"fast": 0, "slow": 0}
     warm = {"fast": 0, "slow": 0}
     count = {"fast": 0, "slow": 0}
-    interval = clock.fast_interval
 
     def ticks() -> None:
-        start = time.monotonic()
-        offset = clock.now - start  # the exporter's time of this pass, after the others'
-        for n in range(round(seconds / interval)):
-            due = start + n * interval
-            time.sleep(max(0.0, due - time.monotonic()))
-            now = time.monotonic() + offset
-            for tick in ["slow", "fast"] if n % fast_per_slow == 0 else ["fast"]:
+        wall_start, clock_start = time.monotonic(), clock.now
+        for _ in range(max(1, round(seconds / (clock.fast_interval * fast_per_slow)))):
+            for tick, now in clock.ticks(fast_per_slow):
+                time.sleep(max(0.0, wall_start + (now - clock_start) - time.monotonic()))
                 fn = sampler._fast_tick if tick == "fast" else sampler._slow_tick
                 last_refresh = sampler._last_refresh
                 c0 = time.thread_time_ns()
@@ -203,7 +199,6 @@ def paced(sampler, clock: Clock, seconds: float, fast_per_slow: int) -> None:
                 cold[tick] += c1 - c0
                 warm[tick] += time.thread_time_ns() - c1
                 count[tick] += 1
-        clock.now = time.monotonic() + offset + interval
 
     LANE.call(ticks)
     print(f"\n2. paced: {seconds:g} s of ticks at their own times; CPU per tick, ms, as run (after a sleep) "

@@ -120,7 +120,7 @@ class WireCollector:
                         found = True
                     break
         if found:
-            received_pauses[nic.device] = received
+            received_pauses[device] = received
 
     def _from_ib(self, nic: Nic, source: str, samples: list[Sample], errors: list[SourceError]) -> None:
         assert nic.rdma is not None
