@@ -40,7 +40,8 @@ def make_sampler(args: argparse.Namespace, registry: Registry) -> Sampler:
     workload = WorkloadOptions(args.workload_kubelet_socket, args.workload_slurm_dir, args.workload_interval,
                                args.workload_pod_pattern)
     return Sampler(root, registry, inventory, args.fast_interval, args.slow_interval, gpu_source(args, root),
-                   workload, args.config_interval, enabled_collectors(args))
+                   workload, args.config_interval, enabled_collectors(args),
+                   follow_scrapes=args.slow_read == "before-scrape")
 
 
 def gpu_source(args: argparse.Namespace, root: Root) -> GpuSource | None:

@@ -10,6 +10,12 @@ GPU collector keep them as sums, made into samples when a scrape asks); the rest
 interval, at the first fast tick that interval, and served in between from that refresh.
 Slow tick (default 1 s): NIC discovery (published as "inventory") and everything else.
 
+Scraped at a steady rhythm (exporter/scrape_clock.py), the slow collectors read, and the
+fast tick refreshes, only at the ticks before each scrape is due rather than once every slow
+interval: a scrape still gets what was read within a slow interval (and a scrape's jitter)
+before it, never waits for it, and at a 15 s scrape the node is read a fifteenth as often.
+Discovery runs at every slow tick: the fast ticks depend on it.
+
 Which collectors run, and at which tick, comes from exporter/collector_registry.py, where
 each collector module registered itself. Discovery and link_load are the sampler's own
 steps, not registered collectors: every collector depends on the inventory, and
@@ -44,6 +50,7 @@ from exporter.refresh import DEFAULT_INTERVAL, Refreshed
 from exporter.registry import Registry
 from exporter.root import Root, SourceError
 from exporter.samples import Collector, Sample, TickContext
+from exporter.scrape_clock import ScrapeClock, should_read
 from exporter.workload_options import WorkloadOptions
 
 log = logging.getLogger("gpunet.exporter")
@@ -67,14 +74,18 @@ class Sampler:
     def __init__(self, root: Root, registry: Registry, inventory: InventoryOptions,
                  fast_interval: float = 0.2, slow_interval: float = 1.0,
                  gpus: GpuSource | None = None, workload: WorkloadOptions | None = None,
-                 config_interval: float = DEFAULT_INTERVAL, collectors: Iterable[str] | None = None):
+                 config_interval: float = DEFAULT_INTERVAL, collectors: Iterable[str] | None = None,
+                 follow_scrapes: bool = False):
         """`collectors` names the registered collectors to run (exporter/collector_registry.py);
-        None: those enabled by default. Collectors that need a GPU run only with `gpus`."""
+        None: those enabled by default. Collectors that need a GPU run only with `gpus`.
+        `follow_scrapes`: the scheduled ticks read what only a scrape shows just before the
+        scrapes told to `scrapes` are due (else, and until their rhythm is known, every time)."""
         self.root = root
         self.registry = registry
         self.inventory_options = inventory
         self.fast_interval = fast_interval
         self.slow_interval = slow_interval
+        self.scrapes = ScrapeClock() if follow_scrapes else None  # the server tells it each scrape
         chosen = choose(default_names() if collectors is None else collectors, gpus is not None)
         # Without a collector that asks the GPUs they are not read at all, as on a node without GPUs.
         self.gpus = gpus if any(r.needs_gpu for r in chosen) else None
@@ -128,8 +139,9 @@ class Sampler:
         return max(min(self.slow_interval, 1.0), self.fast_timeout)
 
     def slow_tick(self, now: float | None = None) -> None:
-        """One slow tick, run on its lane's worker while this thread waits (tests, one-off
-        scrapes; the running exporter's lanes tick on their own schedule)."""
+        """One slow tick, discovery and every slow collector, run on its lane's worker while
+        this thread waits (tests, one-off scrapes; the running exporter's lanes tick on their
+        own schedule)."""
         self._slow_lane.call(lambda: self._slow_tick(now))
 
     def fast_tick(self, now: float | None = None) -> None:
@@ -137,9 +149,9 @@ class Sampler:
         clock of their own."""
         self._fast_lane.call(lambda: self._fast_tick(now))
 
-    def _slow_tick(self, now: float | None = None) -> None:
-        """Discovery, then the slow collectors, which see the NICs it found (the last
-        inventory where it failed or hung)."""
+    def _slow_tick(self, now: float | None = None, collect: bool = True) -> None:
+        """Discovery, then (where `collect`) the slow collectors, which see the NICs it found
+        (the last inventory where it failed or hung)."""
         started = time.perf_counter()
         errors: list[SourceError] = []
         run, limit = self._slow_calls.call, self.slow_timeout
@@ -152,9 +164,11 @@ class Sampler:
                                                  "inventory is kept until it answers"))
         else:
             errors.append(result if isinstance(result, SourceError) else SourceError(INVENTORY, repr(result)))
+        self._report(INVENTORY, [], took, errors)
+        if not collect:
+            return
         ctx = TickContext(time.monotonic() if now is None else now, self.nics)
         results = {c.name: run(c.name, limit, self._collect, c, ctx) for c in self.slow}
-        self._report(INVENTORY, [], took, errors)
         self._publish_all(self.slow, results, limit)
 
     def _fast_tick(self, now: float | None = None) -> None:
@@ -164,8 +178,10 @@ class Sampler:
         # Half a fast interval of slack: a tick woken a little early still refreshes, so the
         # refresh comes every slow interval rather than every slow interval plus a fast one.
         # A NIC come or gone refreshes at once: a gone NIC's series go with it.
+        # Scraped at a steady rhythm, it waits for the slow interval before the next scrape.
         nics = self.nics
-        refresh_all = (self._last_refresh is None or now - self._last_refresh >= self.slow_interval - self.fast_interval / 2
+        due = self._last_refresh is None or now - self._last_refresh >= self.slow_interval - self.fast_interval / 2
+        refresh_all = (due and should_read(self.scrapes, now, self.slow_interval)
                        or nics.keys() != self._refreshed_devices)
         ctx = TickContext(now, nics, refresh_all=refresh_all)
         self.last_fast_tick = time.monotonic()
@@ -289,7 +305,8 @@ class Sampler:
         self._fast_lane.schedule(self.fast_interval, self._scheduled_fast_tick)
 
     def _scheduled_slow_tick(self, late: bool) -> None:
-        self._run_scheduled("slow", self.slow_interval, self._slow_tick, late)
+        collect = not self._first_slow_tick.is_set() or should_read(self.scrapes, time.monotonic(), self.slow_interval)
+        self._run_scheduled("slow", self.slow_interval, lambda: self._slow_tick(collect=collect), late)
         self._first_slow_tick.set()
 
     def _scheduled_fast_tick(self, late: bool) -> None:

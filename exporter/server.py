@@ -214,6 +214,8 @@ def make_app(registry: Registry, sampler: Sampler | None = None, access: Access 
             return await handler(request)
 
     async def metrics(request: web.Request) -> web.StreamResponse:
+        if sampler is not None and sampler.scrapes is not None:
+            sampler.scrapes.seen(request.remote or "", time.monotonic())
         openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
         gzipped = wants_gzip(request.headers.get("Accept-Encoding", ""))
         response = SlowClientSafeBody(registry.render(openmetrics, gzipped), access.limits.write_timeout,

@@ -102,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "ECN, PCIe links (default 30; at once when the NICs change)")
     p.add_argument("--slow-interval", type=seconds, default=1.0,
                    help="seconds between slow ticks: discovery and all other counters (default 1)")
+    p.add_argument("--slow-read", choices=("before-scrape", "every-tick"), default="before-scrape",
+                   help="when the slow ticks read what only a scrape shows (all but discovery and the fast-tick "
+                        "counters): before-scrape, at the ticks before each scrape is due, once scrapes come at "
+                        "a steady rhythm (every tick until then); every-tick: always (default before-scrape)")
     p.add_argument("--link-speed", type=parse_link_speed, action="append", default=[], metavar="DEV=SPEED",
                    help="override a NIC's link speed (e.g. veth0=200Mbit): for virtual interfaces, shaped "
                         "links and drivers that report none; repeatable")

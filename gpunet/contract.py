@@ -202,11 +202,11 @@ GPU_NVLINK_ERRORS = _m("gpunet_gpu_nvlink_errors_total", "counter",
                        "NVLink errors summed over the GPU's active links, by kind: replay, recovery, crc_flit, "
                        "crc_data, ecc_data.", ("gpu", "kind"))
 GPU_SM_ACTIVE = _m("gpunet_gpu_sm_active_ratio", "gauge",
-                   "Fraction of SMs busy between two slow ticks (NVML GPM, Hopper and newer).", GPU)
+                   "Fraction of SMs busy between the last two slow reads (NVML GPM, Hopper and newer).", GPU)
 GPU_SM_OCCUPANCY = _m("gpunet_gpu_sm_occupancy_ratio", "gauge",
-                      "Resident warps / theoretical maximum between two slow ticks (NVML GPM).", GPU)
+                      "Resident warps / theoretical maximum between the last two slow reads (NVML GPM).", GPU)
 GPU_TENSOR_ACTIVE = _m("gpunet_gpu_tensor_active_ratio", "gauge",
-                       "Fraction of time any tensor pipe was active between two slow ticks (NVML GPM).", GPU)
+                       "Fraction of time any tensor pipe was active between the last two slow reads (NVML GPM).", GPU)
 
 GPU_PCIE_CURRENT_SPEED = _m("gpunet_gpu_pcie_current_link_transfers_per_second", "gauge",
                             "PCIe link speed the GPU trained at, per lane (GPUs lower it when idle).", GPU)

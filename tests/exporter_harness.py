@@ -23,13 +23,14 @@ VOLATILE = re.compile(r"^(process_|gpunet_exporter_collector_duration_seconds|"
 
 class Node:
     def __init__(self, root: Path | str, gpus: str | Path | None = None, slow_interval: float = 1.0,
-                 workload=None, collectors=None, **inventory):
+                 workload=None, collectors=None, follow_scrapes: bool = False, **inventory):
         self.registry = Registry(root_label=Path(root).name)
         root_ = Root(root)
         nvml = Path(gpus) if gpus else root_.path("nvml.json")
         source = GpuSource(FixtureGpus(nvml)) if not root_.is_live and nvml.exists() else None
         self.sampler = Sampler(root_, self.registry, InventoryOptions(**inventory), slow_interval=slow_interval,
-                               gpus=source, workload=workload, collectors=collectors)
+                               gpus=source, workload=workload, collectors=collectors,
+                               follow_scrapes=follow_scrapes)
 
     def tick(self, slow: bool = True, fast: bool = True, now: float | None = None) -> Node:
         """One tick; `now` puts it at that time on a clock of the test's own."""

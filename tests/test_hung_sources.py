@@ -87,10 +87,10 @@ async def test_a_tick_abandoned_in_a_hang_is_still_counted(tmp_path):
     abandoned = []
     slow_tick = sampler._slow_tick
 
-    def counted_slow_tick(now=None):
+    def counted_slow_tick(now=None, collect=True):
         began["slow"] += 1
         try:
-            slow_tick(now)
+            slow_tick(now, collect)
         except Abandoned:
             abandoned.append(began["slow"])
             raise

@@ -1,0 +1,162 @@
+"""Slow reads that follow the scrapes (exporter/scrape_clock.py): the rhythm of each scraper,
+what makes it unknown, and over real HTTP, how often a scraped exporter reads its slow
+sources and how old what a scrape gets is."""
+
+import shutil
+import time
+
+import pytest
+from conftest import FIXTURES
+from exporter_harness import Node
+from procs import http_get, start_exporter
+from prometheus_client.parser import text_string_to_metric_families
+from test_fixture_nodes import ethtool, set_ethtool
+
+from exporter.scrape_clock import MIN_JITTER, MIN_SCRAPES, UNKNOWN_FORGOTTEN_AFTER, ScrapeClock, should_read
+
+PROMETHEUS = "10.0.0.1"
+
+
+def scraped(clock: ScrapeClock, times, scraper: str = PROMETHEUS) -> ScrapeClock:
+    for t in times:
+        clock.seen(scraper, t)
+    return clock
+
+
+def test_a_steady_scraper_is_foretold_once_three_gaps_agree():
+    clock = scraped(ScrapeClock(), [100.0, 115.0, 115.0 + 15.02])
+    assert clock.next_expected(131.0) is None  # two gaps: not yet
+    clock.seen(PROMETHEUS, 145.01)
+    due, jitter = clock.next_expected(146.0)
+    assert due == pytest.approx(160.01, abs=0.03)
+    assert MIN_JITTER <= jitter < 1.0
+
+
+def test_slow_ticks_read_only_before_a_foretold_scrape():
+    clock = scraped(ScrapeClock(), [15.0 * k + 0.3 for k in range(MIN_SCRAPES)])  # ..., 45.3; next at 60.3
+    reads = [t for t in range(46, 61) if should_read(clock, float(t), 1.0)]
+    # The ticks whose next tick would come after the earliest the scrape may arrive.
+    assert reads == [59, 60]
+    assert should_read(None, 50.0, 1.0)  # not following scrapes: every tick
+
+
+def test_gaps_that_disagree_are_no_rhythm():
+    clock = scraped(ScrapeClock(), [0.0, 15.0, 30.0, 47.0])
+    assert clock.next_expected(48.0) is None
+    assert should_read(clock, 48.0, 1.0)
+
+
+def test_a_scrape_overdue_makes_every_tick_read_until_the_rhythm_is_known_again():
+    clock = scraped(ScrapeClock(), [0.0, 15.0, 30.0, 45.0])
+    assert clock.next_expected(59.0) is not None
+    assert clock.next_expected(61.5) is None  # due at 60 and not come: restarted elsewhere, or gone
+    for t in (67.0, 82.0, 97.0):  # its new offset
+        clock.seen(PROMETHEUS, t)
+    assert clock.next_expected(98.0) is None  # the gap 45 -> 67 still disagrees
+    clock.seen(PROMETHEUS, 112.0)
+    assert clock.next_expected(113.0)[0] == pytest.approx(127.0)
+
+
+def test_two_scrapers_each_keep_their_rhythm_and_the_soonest_counts():
+    clock = scraped(ScrapeClock(), [0.0, 15.0, 30.0, 45.0], "10.0.0.1")
+    scraped(clock, [7.0, 22.0, 37.0, 52.0], "10.0.0.2")  # an HA pair, another offset
+    assert clock.next_expected(53.0)[0] == pytest.approx(60.0)
+    clock.seen("10.0.0.1", 60.0)
+    assert clock.next_expected(61.0)[0] == pytest.approx(67.0)
+
+
+def test_a_person_with_curl_makes_every_tick_read_for_a_while_then_is_forgotten():
+    clock = scraped(ScrapeClock(), [15.0 * k for k in range(10)])  # ..., 135
+    clock.seen("192.168.1.5", 136.0)  # one request: no rhythm
+    assert clock.next_expected(137.0) is None
+    for k in range(10, 16):  # Prometheus goes on scraping
+        clock.seen(PROMETHEUS, 15.0 * k)
+    later = 136.0 + UNKNOWN_FORGOTTEN_AFTER + 1
+    assert later < 15.0 * 15 + 15
+    assert clock.next_expected(later)[0] == pytest.approx(240.0)
+
+
+def test_a_scraper_that_stopped_is_forgotten_after_three_of_its_intervals():
+    clock = scraped(ScrapeClock(), [100.0, 115.0, 130.0, 145.0], "10.0.0.1")  # then stops
+    scraped(clock, [0.0, 60.0, 120.0, 180.0], "10.0.0.2")
+    assert clock.next_expected(161.0) is None  # 10.0.0.1 was due at 160: overdue
+    assert clock.next_expected(189.0) is None
+    assert clock.next_expected(191.0)[0] == pytest.approx(240.0)  # three of its intervals on: forgotten
+
+
+def test_the_fast_tick_refreshes_its_slow_series_before_a_foretold_scrape_only(node_copy):
+    """Per-priority pause frames are made at one fast tick per slow interval; scraped every
+    15 s at a steady rhythm, at the fast ticks in the slow interval before the scrape."""
+    root = node_copy("roce-mlx5")
+    node = Node(root, follow_scrapes=True).tick(now=0.0)
+    plain = Node(root).tick(now=0.0)  # not following scrapes
+    for t in (0.0, 15.0, 30.0, 45.0):  # on the test's clock, as the ticks
+        node.sampler.scrapes.seen(PROMETHEUS, t)
+    pauses = ethtool(root, "ens1f0np0")["rx_prio3_pause"]
+    set_ethtool(root, "ens1f0np0", rx_prio3_pause=pauses + 500)
+
+    def shown() -> float | None:
+        return node.value("gpunet_nic_pfc_pause_frames_total", device="ens1f0np0", direction="receive", priority="3")
+
+    for now in (45.2, 46.0, 50.0, 58.0):
+        node.tick(slow=False, now=now)
+        assert shown() == pauses, now  # as of the refresh at 0.0: no scrape would see a refresh
+    node.tick(slow=False, now=59.4)  # the next scrape may come before the tick a slow interval on
+    assert shown() == pauses + 500
+    # Not following scrapes, it refreshes once a slow interval.
+    plain.tick(slow=False, now=1.0)
+    assert plain.value("gpunet_nic_pfc_pause_frames_total", device="ens1f0np0", direction="receive",
+                       priority="3") == pauses + 500
+
+
+# --- over real HTTP -------------------------------------------------------------------------
+
+def metric_values(body: str, name: str, **labels: str) -> float | None:
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return None
+
+
+def scrape_steadily(url: str, count: int, period: float) -> list[tuple[float, str]]:
+    """`count` scrapes `period` apart (on a fixed grid, so that the test's own delays do not
+    become the exporter's jitter); each one's body and the wall time it had come by."""
+    out = []
+    start = time.monotonic()
+    for k in range(count):
+        time.sleep(max(0.0, start + k * period - time.monotonic()))
+        status, _, body = http_get(f"{url}/metrics")
+        assert status == 200
+        out.append((time.time(), body.decode()))  # after the answer: what it shows was read before
+    return out
+
+
+@pytest.mark.parametrize("mode", ["before-scrape", "every-tick"])
+def test_a_steadily_scraped_exporter_reads_its_slow_sources_before_each_scrape_only(tmp_path, mode):
+    """A statistic the netdev collector cannot parse is an error at each of its reads: the
+    error count tells how often it read. Scraped once a second with a slow tick every 0.1 s,
+    it reads at the two or three ticks before each scrape (ten with --slow-read every-tick),
+    and what a scrape shows was read within a slow interval and its jitter."""
+    node = tmp_path / "node"
+    shutil.copytree(FIXTURES / "roce-mlx5", node, symlinks=True)
+    broken = next(node.glob("sys/class/net/*/statistics/rx_errors"))
+    broken.write_text("not a number\n")
+    slow = 0.1
+    proc, url = start_exporter(tmp_path, "--root", str(node), "--no-gpu", "--slow-interval", str(slow),
+                               "--slow-read", mode)
+    try:
+        scrapes = scrape_steadily(url, 12, 1.0)
+    finally:
+        proc.stop()
+    errors = [metric_values(body, "gpunet_exporter_collector_errors_total", collector="netdev")
+              for _, body in scrapes]
+    # From the 6th scrape on the rhythm is known (4 scrapes) and held for a whole interval.
+    reads_per_scrape = (errors[-1] - errors[5]) / (len(errors) - 1 - 5)
+    if mode == "before-scrape":
+        assert 1 <= reads_per_scrape <= 5, errors
+    else:
+        assert reads_per_scrape >= 8, errors
+    for wall, body in scrapes[5:]:
+        read_at = metric_values(body, "gpunet_exporter_collector_last_run_timestamp_seconds", collector="netdev")
+        assert 0 <= wall - read_at <= slow + MIN_JITTER + 0.3, (wall, read_at)
