@@ -68,6 +68,7 @@ class Registry:
         self._bad_requests = 0
         self._refused = dict.fromkeys(HTTP_REFUSED_REASONS, 0)
         self._open_connections = 0
+        self._failing_makers: set[str] = set()  # collectors whose live samples raised at the last scrape
 
     # --- written by the sampler ---------------------------------------------------------
     def publish(self, collector: str, samples: list[Sample], duration: float, errors: int,
@@ -124,7 +125,7 @@ class Registry:
             published = {k: [*v, *self._refreshed.get(k, ())] for k, v in self._samples.items()}
             live = dict(self._live)
         for k, make in live.items():  # outside the registry's lock: they take their collector's
-            published[k] = [*published.get(k, ()), *_made(k, make)]
+            published[k] = [*published.get(k, ()), *self._made(k, make)]
         return published
 
     # --- read by the server -------------------------------------------------------------
@@ -161,7 +162,7 @@ class Registry:
         for tick, (interval, count, late) in ticks.items():
             self_samples += [Sample(TICK_INTERVAL, (tick,), interval), Sample(TICKS, (tick,), count),
                              Sample(TICKS_LATE, (tick,), late)]
-        published += [_made(k, make) for k, make in live]  # outside the registry's lock: they take their collector's
+        published += [self._made(k, make) for k, make in live]  # outside the registry's lock: they take their collector's
         published.append(self_samples)
         # A thousand samples a scrape, grouped by family as they were published (the
         # renderer reads them as they are, and sorting puts each family's in label order).
@@ -180,11 +181,18 @@ class Registry:
         out += self._process.families()
         return out
 
-
-def _made(collector: str, make: Callable[[], list[Sample]]) -> list[Sample]:
-    """A collector's live samples; a bug in making them costs its own series, not the scrape."""
-    try:
-        return make()
-    except Exception:  # noqa: BLE001
-        log.exception("collector %s: making its samples for the scrape failed", collector)
-        return []
+    def _made(self, collector: str, make: Callable[[], list[Sample]]) -> list[Sample]:
+        """A collector's live samples; a bug in making them costs its own series, not the
+        scrape, and is logged once until they are made again (not at every scrape)."""
+        try:
+            samples = make()
+        except Exception:  # noqa: BLE001
+            if collector not in self._failing_makers:
+                self._failing_makers.add(collector)
+                log.exception("collector %s: making its samples for the scrape failed (logged once until "
+                              "it works again)", collector)
+            return []
+        if collector in self._failing_makers:
+            self._failing_makers.discard(collector)
+            log.info("collector %s: its samples are made again", collector)
+        return samples

@@ -25,7 +25,7 @@ MIN_SCRAPES = 4  # three gaps that agree before a rhythm is trusted
 # How far a gap may stray from the rhythm: a scraper's timer is exact to milliseconds, but
 # its requests arrive through the network and this exporter's event loop.
 JITTER_RATIO = 0.05
-MIN_JITTER = 0.1  # seconds
+MIN_JITTER = 0.25  # seconds: scrapes a second or two apart save little anyway
 UNKNOWN_FORGOTTEN_AFTER = 60.0  # seconds: an address with no rhythm (yet) counts this long
 MAX_SCRAPERS = 64  # addresses followed; a new one beyond them takes the place of the stalest
 

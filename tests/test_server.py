@@ -78,6 +78,40 @@ async def test_scrapes_never_read_the_machine(client):
     assert texts == {first} and calls == []
 
 
+async def test_samples_that_cannot_be_made_cost_their_series_and_are_logged_once(client, caplog):
+    """A collector whose samples are made at the scrape (live_samples) and raise: every scrape
+    still answers, without them; the failure is logged at the first scrape, not at each, and
+    that they are made again is logged once when they are."""
+    from exporter.samples import Sample
+    from gpunet.contract import GPU_UP
+
+    broken = {"now": True}
+
+    def make():
+        if broken["now"]:
+            raise ZeroDivisionError("a bug in making them")
+        return [Sample(GPU_UP, ("9",), 1.0)]  # a node without GPUs: no other collector makes it
+
+    registry = client.sampler.registry
+
+    async def scrape() -> str:
+        registry.publish("made_at_scrape", [], 0.0, 0, live=make)  # new generation: rendered afresh
+        resp = await client.get("/metrics")
+        assert resp.status == 200
+        return await resp.text()
+
+    caplog.set_level("INFO", logger="gpunet.exporter")
+    for _ in range(3):
+        assert "gpunet_nic_info" in await scrape()
+    failures = [r for r in caplog.records if "made_at_scrape" in r.getMessage() and r.levelname == "ERROR"]
+    assert len(failures) == 1 and "ZeroDivisionError" in failures[0].exc_text
+    broken["now"] = False
+    for _ in range(2):
+        assert 'gpunet_gpu_up{gpu="9"} 1.0' in await scrape()
+    again = [r for r in caplog.records if "made_at_scrape" in r.getMessage() and r.levelname == "INFO"]
+    assert len(again) == 1
+
+
 async def test_healthz_and_unknown_paths(client):
     assert (await client.get("/healthz")).status == 200
     assert (await client.get("/nope")).status == 404
