@@ -2,17 +2,19 @@
 
 Prometheus (and vmagent) scrape a target at a fixed interval and at a fixed offset within
 it, so the requests of one scraper arrive at times that repeat to within milliseconds.
-Knowing them, the slow tick need read its sources only at the tick before each scrape
-rather than at every tick: at a 15 s scrape, one read where there were fifteen. The scrape
-still never waits for hardware (docs/architecture.md), and what it gets was read within
-one slow interval and a little before it, as with a read at every tick.
+Knowing them, the slow tick need read its sources only at the ticks before each scrape
+rather than at every tick: at a 15 s scrape, one read or two where there were fifteen. The
+scrape still never waits for hardware (docs/architecture.md), and what it gets was read
+within one slow interval and the scrape's jitter before it, as with a read at every tick.
 
 Where the next scrape cannot be foretold, `next_expected` answers None and the slow tick
-reads every time, as if this did not exist: before a scraper's rhythm is known (its first
-MIN_SCRAPES requests), while its gaps disagree (several scrapers behind one address, a
-person with curl), and once a scrape is overdue (a scraper restarted with another offset,
-or gone). So only a scrape that comes early, against a rhythm that held until then, can
-get series older than that: once, then the rhythm is learned again.
+reads every time, as if this did not exist: before an address's rhythm is known (its
+first MIN_SCRAPES requests, and for a minute after each request while it is not), while
+its gaps disagree, once a scrape is overdue (a scraper gone, or restarted at another
+offset), and for DISTRUST_AFTER_SURPRISE after a request came before its time (a second
+job or a person behind the same address; a scraper restarted earlier in its interval).
+Such a request, which nothing foretold, gets series read up to one scrape interval before
+it; `gpunet_exporter_collector_last_run_timestamp_seconds` says when.
 """
 
 from __future__ import annotations
@@ -25,32 +27,44 @@ MIN_SCRAPES = 4  # three gaps that agree before a rhythm is trusted
 # its requests arrive through the network and this exporter's event loop.
 JITTER_RATIO = 0.05
 MIN_JITTER = 0.25  # seconds: scrapes a second or two apart save little anyway
-UNKNOWN_FORGOTTEN_AFTER = 60.0  # seconds: an address with no rhythm (yet) counts this long
+# An address without a known rhythm holds every tick to reading for a minute after each of
+# its requests (someone with curl), and is remembered long enough for a scraper with a
+# 5 min interval to show its rhythm.
+UNKNOWN_HOLDS_FOR = 60.0
+UNKNOWN_FORGOTTEN_AFTER = 1200.0
+# A request before its time means that something else shares the address, with a rhythm of
+# its own that the last few gaps did not show (a 60 s job beside a 15 s one): the address
+# is not trusted for a while, so that such requests get stale series once in that long.
+DISTRUST_AFTER_SURPRISE = 1800.0
 MAX_SCRAPERS = 64  # addresses followed; a new one beyond them takes the place of the stalest
 
 
 class _Scraper:
-    __slots__ = ("times",)
+    __slots__ = ("times", "distrusted_until")
 
     def __init__(self) -> None:
         self.times: deque[float] = deque(maxlen=MIN_SCRAPES)
+        self.distrusted_until = 0.0
 
-    def rhythm(self) -> tuple[float, float] | None:
-        """(interval, jitter) once its last gaps agree; None before."""
-        if len(self.times) < MIN_SCRAPES:
-            return None
+    def rhythm(self, now: float) -> tuple[float, float, float] | None:
+        """(next scrape due, interval, jitter) once its last gaps agree; None before, and
+        while distrusted."""
         t = self.times
+        if len(t) < MIN_SCRAPES or now < self.distrusted_until:
+            return None
         gaps = sorted(b - a for a, b in zip(t, list(t)[1:]))
         interval = gaps[len(gaps) // 2]  # their median (statistics would cost the exporter half a MB)
         jitter = max(JITTER_RATIO * interval, MIN_JITTER)
-        if interval <= 0 or any(abs(g - interval) > jitter for g in gaps):
+        if interval <= 0 or gaps[-1] - interval > jitter or interval - gaps[0] > jitter:
             return None
-        return interval, jitter
+        # A request that came late by more than the jitter (a stall in the scraper or here) is
+        # no rhythm until it has left the last gaps: the next one, on time, is no surprise.
+        return t[-1] + interval, interval, jitter
 
 
 class ScrapeClock:
     """Scrapes seen, by the scraper's address (`seen`, from the event loop), and the next
-    one expected (`next_expected`, from the slow lane)."""
+    one expected (`next_expected`, from the lanes)."""
 
     def __init__(self) -> None:
         self._scrapers: dict[str, _Scraper] = {}
@@ -65,6 +79,9 @@ class ScrapeClock:
                 if len(self._scrapers) >= MAX_SCRAPERS:  # many addresses: the newcomer has no rhythm yet anyway
                     del self._scrapers[min(self._scrapers, key=lambda a: self._scrapers[a].times[-1])]
                 s = self._scrapers[scraper] = _Scraper()
+            rhythm = s.rhythm(now)
+            if rhythm is not None and now < rhythm[0] - rhythm[2]:  # before its time: not foretold
+                s.distrusted_until = now + DISTRUST_AFTER_SURPRISE
             s.times.append(now)
 
     def next_expected(self, now: float) -> tuple[float, float] | None:
@@ -72,16 +89,18 @@ class ScrapeClock:
         scraper's next scrape cannot be foretold, or none was seen."""
         with self._lock:
             self._forget(now)
-            if not self._scrapers:
-                return None
             soonest: tuple[float, float] | None = None
             for s in self._scrapers.values():
-                rhythm = s.rhythm()
-                if rhythm is None:
+                last = s.times[-1]
+                if last > now:  # a clock other than the one the scrapes were told on
                     return None
-                interval, jitter = rhythm
-                due = s.times[-1] + interval
-                if now > due + jitter:  # overdue: restarted elsewhere in its interval, or gone
+                rhythm = s.rhythm(now)
+                if rhythm is None:
+                    if now - last <= UNKNOWN_HOLDS_FOR:
+                        return None
+                    continue
+                due, _, jitter = rhythm
+                if now > due + jitter:  # overdue: gone, or restarted elsewhere in its interval
                     return None
                 if soonest is None or due - jitter < soonest[0] - soonest[1]:
                     soonest = (due, jitter)
@@ -92,8 +111,8 @@ class ScrapeClock:
         (UNKNOWN_FORGOTTEN_AFTER for one whose rhythm is not known)."""
         gone = []
         for address, s in self._scrapers.items():
-            rhythm = s.rhythm()
-            quiet_for = 3 * rhythm[0] if rhythm is not None else UNKNOWN_FORGOTTEN_AFTER
+            rhythm = s.rhythm(now)
+            quiet_for = 3 * rhythm[1] if rhythm is not None else UNKNOWN_FORGOTTEN_AFTER
             if now - s.times[-1] > quiet_for:
                 gone.append(address)
         for address in gone:

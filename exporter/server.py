@@ -214,7 +214,7 @@ def make_app(registry: Registry, sampler: Sampler | None = None, access: Access 
             return await handler(request)
 
     async def metrics(request: web.Request) -> web.StreamResponse:
-        if sampler is not None and sampler.scrapes is not None:
+        if sampler is not None and sampler.scrapes is not None and request.method == "GET":  # not a HEAD probe
             sampler.scrapes.seen(request.remote or "", time.monotonic())
         openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
         gzipped = wants_gzip(request.headers.get("Accept-Encoding", ""))
