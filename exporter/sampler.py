@@ -36,6 +36,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
@@ -114,6 +115,9 @@ class Sampler:
         self.first_fast_tick_done = threading.Event()
         self._last_refresh: float | None = None  # the time (ctx.now) of the last fast tick that refreshed all
         self._refreshed_devices: frozenset[str] = frozenset()  # the NICs it saw
+        # How long the last slow ticks that read took: a read before a scrape starts that much
+        # earlier, so that it is published by the time the scrape comes.
+        self._slow_reads_took: deque[float] = deque(maxlen=4)
 
     def collector(self, name: str) -> Collector | None:
         """The running collector of that name (as run: wrapped when it refreshes), None when off."""
@@ -170,6 +174,7 @@ class Sampler:
         ctx = TickContext(time.monotonic() if now is None else now, self.nics)
         results = {c.name: run(c.name, limit, self._collect, c, ctx) for c in self.slow}
         self._publish_all(self.slow, results, limit)
+        self._slow_reads_took.append(time.perf_counter() - started)
 
     def _fast_tick(self, now: float | None = None) -> None:
         """The wire collector, link_load derived from its samples, then the other fast
@@ -305,7 +310,8 @@ class Sampler:
         self._fast_lane.schedule(self.fast_interval, self._scheduled_fast_tick)
 
     def _scheduled_slow_tick(self, late: bool) -> None:
-        collect = not self._first_slow_tick.is_set() or should_read(self.scrapes, time.monotonic(), self.slow_interval)
+        collect = not self._first_slow_tick.is_set() or should_read(
+            self.scrapes, time.monotonic(), self.slow_interval, max(self._slow_reads_took, default=0.0))
         self._run_scheduled("slow", self.slow_interval, lambda: self._slow_tick(collect=collect), late)
         self._first_slow_tick.set()
 

@@ -27,9 +27,14 @@ MIN_SCRAPES = 4  # three gaps that agree before a rhythm is trusted
 # its requests arrive through the network and this exporter's event loop.
 JITTER_RATIO = 0.05
 MIN_JITTER = 0.25  # seconds: scrapes a second or two apart save little anyway
+# A request is due at the last one plus the interval, give or take two jitters: the gaps
+# agreed to within one, and a few late ones in a row may have stretched the interval by
+# about as much. Reads start that early; a request earlier still was not foretold.
+SLACK_JITTERS = 2
 # An address without a known rhythm holds every tick to reading for a minute after each of
-# its requests (someone with curl), and is remembered long enough for a scraper with a
-# 5 min interval to show its rhythm.
+# its requests (someone with curl), or two of its last gaps where longer (a slow scraper
+# still learned, or distrusted), and is remembered long enough for a scraper with a 5 min
+# interval to show its rhythm.
 UNKNOWN_HOLDS_FOR = 60.0
 UNKNOWN_FORGOTTEN_AFTER = 1200.0
 # A request before its time means that something else shares the address, with a rhythm of
@@ -47,8 +52,8 @@ class _Scraper:
         self.distrusted_until = 0.0
 
     def rhythm(self, now: float) -> tuple[float, float, float] | None:
-        """(next scrape due, interval, jitter) once its last gaps agree; None before, and
-        while distrusted."""
+        """(next scrape due, interval, slack: how early or late it may come) once its last
+        gaps agree; None before, and while distrusted."""
         t = self.times
         if len(t) < MIN_SCRAPES or now < self.distrusted_until:
             return None
@@ -59,7 +64,12 @@ class _Scraper:
             return None
         # A request that came late by more than the jitter (a stall in the scraper or here) is
         # no rhythm until it has left the last gaps: the next one, on time, is no surprise.
-        return t[-1] + interval, interval, jitter
+        return t[-1] + interval, interval, SLACK_JITTERS * jitter
+
+    def holds_for(self) -> float:
+        """How long after its last request an address without a rhythm holds the reads."""
+        t = self.times
+        return max(UNKNOWN_HOLDS_FOR, 2 * (t[-1] - t[-2])) if len(t) >= 2 else UNKNOWN_HOLDS_FOR
 
 
 class ScrapeClock:
@@ -85,7 +95,7 @@ class ScrapeClock:
             s.times.append(now)
 
     def next_expected(self, now: float) -> tuple[float, float] | None:
-        """(time, jitter) of the soonest scrape expected from `now` on; None when some
+        """(time, slack) of the soonest scrape expected from `now` on; None when some
         scraper's next scrape cannot be foretold, or none was seen."""
         with self._lock:
             self._forget(now)
@@ -96,14 +106,14 @@ class ScrapeClock:
                     return None
                 rhythm = s.rhythm(now)
                 if rhythm is None:
-                    if now - last <= UNKNOWN_HOLDS_FOR:
+                    if now - last <= s.holds_for():
                         return None
                     continue
-                due, _, jitter = rhythm
-                if now > due + jitter:  # overdue: gone, or restarted elsewhere in its interval
+                due, _, slack = rhythm
+                if now > due + slack:  # overdue: gone, or restarted elsewhere in its interval
                     return None
-                if soonest is None or due - jitter < soonest[0] - soonest[1]:
-                    soonest = (due, jitter)
+                if soonest is None or due - slack < soonest[0] - soonest[1]:
+                    soonest = (due, slack)
             return soonest
 
     def _forget(self, now: float) -> None:
@@ -119,13 +129,14 @@ class ScrapeClock:
             del self._scrapers[address]
 
 
-def should_read(clock: ScrapeClock | None, now: float, interval: float) -> bool:
-    """Whether a slow tick at `now` reads its sources: unless a scrape is foretold and the
-    next tick, `interval` from now, still comes before the earliest it may arrive."""
+def should_read(clock: ScrapeClock | None, now: float, interval: float, lead: float = 0.0) -> bool:
+    """Whether a tick at `now` reads its sources: unless a scrape is foretold and the next
+    tick, `interval` from now, would still be done reading (`lead`: how long a read takes)
+    before the earliest the scrape may arrive."""
     if clock is None:
         return True
     expected = clock.next_expected(now)
     if expected is None:
         return True
-    due, jitter = expected
-    return due - jitter <= now + interval
+    due, slack = expected
+    return due - slack - lead <= now + interval
