@@ -3,9 +3,9 @@
 Prometheus (and vmagent) scrape a target at a fixed interval and at a fixed offset within
 it, so the requests of one scraper arrive at times that repeat to within milliseconds.
 Knowing them, the slow tick need read its sources only at the ticks before each scrape
-rather than at every tick: at a 15 s scrape, one read or two where there were fifteen. The
-scrape still never waits for hardware (docs/architecture.md), and what it gets was read
-within one slow interval and the scrape's jitter before it, as with a read at every tick.
+rather than at every tick: at a 15 s scrape, two or three reads where there were fifteen.
+The scrape still never waits for hardware (docs/architecture.md), and what it gets was read
+within one slow interval and a slack of two jitters before it.
 
 Where the next scrape cannot be foretold, `next_expected` answers None and the slow tick
 reads every time, as if this did not exist: before an address's rhythm is known (its
