@@ -45,17 +45,26 @@ MAX_SCRAPERS = 64  # addresses followed; a new one beyond them takes the place o
 
 
 class _Scraper:
-    __slots__ = ("times", "distrusted_until")
+    __slots__ = ("times", "distrusted_until", "_rhythm")
 
     def __init__(self) -> None:
         self.times: deque[float] = deque(maxlen=MIN_SCRAPES)
         self.distrusted_until = 0.0
+        self._rhythm: tuple[float, float, float] | None = None  # of `times`, made when one is added
+
+    def add(self, at: float) -> None:
+        self.times.append(at)
+        self._rhythm = self._from_times()
 
     def rhythm(self, now: float) -> tuple[float, float, float] | None:
         """(next scrape due, interval, slack: how early or late it may come) once its last
-        gaps agree; None before, and while distrusted."""
+        gaps agree; None before, and while distrusted. (Asked at every fast tick while a
+        refresh waits for the scrape: worked out once per request, not per question.)"""
+        return None if now < self.distrusted_until else self._rhythm
+
+    def _from_times(self) -> tuple[float, float, float] | None:
         t = self.times
-        if len(t) < MIN_SCRAPES or now < self.distrusted_until:
+        if len(t) < MIN_SCRAPES:
             return None
         gaps = sorted(b - a for a, b in zip(t, list(t)[1:]))
         interval = gaps[len(gaps) // 2]  # their median (statistics would cost the exporter half a MB)
@@ -92,7 +101,7 @@ class ScrapeClock:
             rhythm = s.rhythm(now)
             if rhythm is not None and now < rhythm[0] - rhythm[2]:  # before its time: not foretold
                 s.distrusted_until = now + DISTRUST_AFTER_SURPRISE
-            s.times.append(now)
+            s.add(now)
 
     def next_expected(self, now: float) -> tuple[float, float] | None:
         """(time, slack) of the soonest scrape expected from `now` on; None when some
