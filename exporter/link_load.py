@@ -25,6 +25,9 @@ from gpunet.contract import (
     SATURATED_RATIO,
 )
 
+# Bounds the sums kept for NICs that left (renamed virtual functions come and go by the
+# hundred), as exporter/counters.py bounds its state.
+FORGET_LEFT_NICS_AFTER = 600.0  # seconds
 _DIRECTION = {NIC_RECEIVE_BYTES.name: "receive", NIC_TRANSMIT_BYTES.name: "transmit"}
 
 
@@ -42,6 +45,7 @@ class LinkLoad:
         self.network_state = "quiet"  # of the latest tick
         self.tick_seconds = 0.0  # length of the latest tick
         self._nics: dict[str, Nic] = {}  # of the latest tick
+        self._left: dict[str, float] = {}  # device -> when it left, while its sums are kept
         # Held by `update` (the fast tick) and `samples` (a scrape): a scrape sees a whole tick.
         self._lock = threading.Lock()
 
@@ -85,9 +89,17 @@ class LinkLoad:
             self.network_state = state
         self.tick_seconds = dt
         self._last, self._last_pauses, self._last_time, self._nics = bytes_now, pauses_now, now, nics
+        # A NIC that left takes its series out of the scrape, but its sums are kept a while: one
+        # that comes back (a driver reload, a firmware reset) goes on from them, as a counter
+        # must, rather than from zero.
         for key in list(self.saturated_seconds):
-            if key[0] not in nics:  # the NIC left: its series go with it
+            device = key[0]
+            if device in nics:
+                self._left.pop(device, None)
+            elif now - self._left.setdefault(device, now) > FORGET_LEFT_NICS_AFTER:
                 del self.saturated_seconds[key]
+        for device in [d for d, left in self._left.items() if now - left > FORGET_LEFT_NICS_AFTER]:
+            del self._left[device]
 
     def samples(self) -> list[Sample]:
         """The series as of the latest tick: saturated seconds of each NIC with a known speed

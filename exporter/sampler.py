@@ -101,7 +101,8 @@ class Sampler:
         self.nics: dict[str, Nic] = {}
         self._static: dict = {}  # what discovery need not read again
         self._counters: dict[str, MonotonicCounters] = {}
-        self._logged: dict[str, str] = {}  # problem -> collector that first met it
+        self._logged: dict[str, set[str]] = {}  # problem logged -> the collectors that met it at their last run
+        self._met: dict[str, set[str]] = {}  # collector -> the logged problems it met at its last run
         self._failing: set[str] = set()
         self._slow_calls = BoundedCalls("gpunet-slow-collectors")
         self._fast_calls = BoundedCalls("gpunet-fast-collectors")
@@ -280,19 +281,31 @@ class Sampler:
         self.registry.publish(name, samples, duration, len(errors), refreshed, live)
         if not errors and name not in self._failing:
             return  # the common case, without the lock
-        # Log each distinct problem once (a malformed file would otherwise log every tick,
-        # and two collectors reading one broken source would log it twice).
+        # Log each distinct problem once while it persists (a malformed file would otherwise
+        # log every tick, and two collectors reading one broken source would log it twice).
+        # A problem no collector met at its last run is forgotten, so that it is logged again
+        # if it comes back, and the cap is reached only by that many problems at once, not
+        # by the churn of one collector that always has some problem (a device come and gone).
         with self._report_lock:
-            for e in errors:
-                problem = str(e)
-                if problem not in self._logged and len(self._logged) < MAX_LOGGED_PROBLEMS:
-                    self._logged[problem] = name
+            met = {str(e): e for e in errors}
+            for problem in self._met.pop(name, set()) - met.keys():
+                collectors = self._logged[problem]
+                collectors.discard(name)
+                if not collectors:
+                    del self._logged[problem]
+            for problem, e in met.items():
+                if problem in self._logged:
+                    self._logged[problem].add(name)
+                elif len(self._logged) < MAX_LOGGED_PROBLEMS:
+                    self._logged[problem] = {name}
                     log.warning("collector %s: %s", name, e)
+            tracked = {problem for problem in met if problem in self._logged}
+            if tracked:
+                self._met[name] = tracked
             if errors:
                 self._failing.add(name)
             elif name in self._failing:
                 self._failing.discard(name)
-                self._logged = {k: v for k, v in self._logged.items() if v != name}
                 log.info("collector %s: recovered", name)
 
     # --- the schedule ----------------------------------------------------------------------

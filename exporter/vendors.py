@@ -87,8 +87,9 @@ def flat_names(*groups) -> frozenset[str]:
     return frozenset(names)
 
 
-def pick(values: dict[str, int], alternatives: Names) -> int | None:
-    """The first alternative present; a tuple alternative sums the names present in it."""
+def pick(values: dict[str, float], alternatives: Names) -> float | None:
+    """The first alternative present; a tuple alternative sums the names present in it (a
+    sum is NaN, unknown, where a part's value is: exporter/readers/ethtool.py)."""
     for alt in alternatives:
         if isinstance(alt, tuple):
             present = [values[n] for n in alt if n in values]

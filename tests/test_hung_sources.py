@@ -120,3 +120,47 @@ async def test_a_tick_abandoned_in_a_hang_is_still_counted(tmp_path):
             pass
     assert len(came_back) == 1, came_back  # the tick whose worker was set aside came back, and unwound
     assert counted is not None and counted >= started >= 3, (counted, started)
+
+
+def test_each_problem_is_logged_once_while_it_lasts_however_many_come_and_go(tmp_path, caplog):
+    """A collector with one lasting problem and another, new, at every run (a device come and
+    gone) logs every new one, beyond MAX_LOGGED_PROBLEMS of them, and the lasting one once; a
+    problem that goes and comes back is logged again."""
+    import logging
+
+    from exporter_harness import Node
+
+    from exporter.root import SourceError
+    from exporter.sampler import MAX_LOGGED_PROBLEMS
+
+    class Churning:
+        name = "churning"
+        runs = 0
+        lasting = True
+
+        def collect(self, ctx, errors):
+            self.runs += 1
+            if self.lasting:
+                errors.append(SourceError("/sys/class/infiniband/mlx5_9/ports/1/counters", "No such device"))
+            errors.append(SourceError(f"/sys/class/net/veth{self.runs}/statistics", "gone while read"))
+            return []
+
+    node = Node(tmp_path, collectors=[])
+    collector = Churning()
+    node.sampler.slow.append(collector)
+
+    def logged() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("collector churning:")]
+
+    with caplog.at_level(logging.WARNING, logger="gpunet.exporter"):
+        for _ in range(MAX_LOGGED_PROBLEMS + 10):
+            node.tick(fast=False)
+        assert [m for m in logged() if "mlx5_9" in m] == [
+            "collector churning: /sys/class/infiniband/mlx5_9/ports/1/counters: No such device"]
+        assert [int(m.split("/veth")[1].split("/")[0]) for m in logged() if "veth" in m] == \
+            list(range(1, collector.runs + 1))
+        collector.lasting = False
+        node.tick(fast=False)
+        collector.lasting = True
+        node.tick(fast=False)
+        assert len([m for m in logged() if "mlx5_9" in m]) == 2

@@ -33,6 +33,8 @@ class DriverStatsCollector:
 
     def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
         samples = []
+        # NICs that left the inventory are never read again: drop what the reader keeps for them.
+        self.reader.forget_except({nic.netdev for nic in ctx.nics.values() if nic.netdev})
         for nic in ctx.nics.values():
             table = counters_for(nic.driver)
             if not nic.netdev or table is GENERIC or nic.link_layer != "Ethernet":

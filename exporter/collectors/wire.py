@@ -6,7 +6,9 @@ Where a NIC's bytes come from, per port:
                  RoCE traffic that bypasses the kernel;
   otherwise   -> the netdev statistics.
 The choice is made once per NIC and kept: switching sources mid-run would make the
-counter jump. Pause frames are read here too, from the same driver read, because the
+counter jump. A driver read that fails or is malformed makes no choice (the NIC has no bytes
+until one reads cleanly): only a clean read without the counter settles on netdev.
+Pause frames are read here too, from the same driver read, because the
 node's network_state needs them at the fast tick: what it needs, the frames each NIC
 received summed over priorities, is handed to link_load at every fast tick
 (`received_pauses`); the per-priority series are made only at the fast tick that refreshes
@@ -49,31 +51,48 @@ class WireCollector:
         self.netdev.close()
         self.driver_stats.close()
 
-    def _choose_source(self, nic: Nic, errors: list[SourceError]) -> str:
+    def _choose_source(self, nic: Nic, errors: list[SourceError]) -> str | None:
+        """Where the NIC's bytes come from; None when that cannot be told yet (the driver's
+        counters could not be read cleanly), to be asked again at the next tick."""
         if nic.rdma is not None and (nic.link_layer == "InfiniBand" or not nic.netdev):
             if rdma_reader.has_extended_counters(self.root, nic.rdma):
                 return "ib_ext"
             return "ib"
         table = counters_for(nic.driver)
         if table.wire_rx_bytes and self.driver_stats.available(nic.netdev):
+            problems: list[SourceError] = []
             try:
-                stats = self.driver_stats.read(nic.netdev, [], table.wire_names)
-                if pick(stats, table.wire_rx_bytes) is not None:
-                    return "driver"
+                stats = self.driver_stats.read(nic.netdev, problems, table.wire_names)
             except SourceError as e:
+                # A failed read (a transient ioctl error) says nothing about the counter:
+                # settling on netdev here would miss the RDMA traffic for good.
                 errors.append(e)
+                return None
+            if pick(stats, table.wire_rx_bytes) is not None:
+                # The read's problems, if any, are reported by _from_driver's read in this tick.
+                return "driver"
+            errors.extend(problems)
+            if problems:
+                return None  # the counter may be on a malformed line: ask again once it reads clean
         return "netdev"
 
     def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
         for gone in self._source.keys() - ctx.nics.keys():
             del self._source[gone]
+        # NICs that left the inventory are never read again: drop what the reader keeps for them.
+        self.driver_stats.forget_except({nic.netdev for nic in ctx.nics.values() if nic.netdev})
         samples: list[Sample] = []
         via_netdev: list[Nic] = []
         self.received_pauses = received_pauses = {}
         for device, nic in ctx.nics.items():
             source = self._source.get(device)
             if source is None:
-                source = self._source[device] = self._choose_source(nic, errors)
+                source = self._choose_source(nic, errors)
+                if source is None:
+                    # No bytes this tick rather than netdev's: a later switch to the driver's
+                    # counter (RDMA included) would show as a burst of all the RDMA traffic so far.
+                    continue
+                self._source[device] = source
             try:
                 if source == "netdev":
                     via_netdev.append(nic)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import array
 import errno
+import math
 import socket
 import struct
 import time
+from collections.abc import Collection
 
 from exporter.readers.netlink import ethtool_ioctl, ethtool_socket, ioctl_problem
 from exporter.root import Root, SourceError
@@ -29,9 +31,12 @@ GSTATS_HEAD = struct.Struct("=II")  # struct ethtool_stats: cmd, n_stats; then n
 NAMES_REFRESH = 60.0  # seconds between fetches of a device's counter names, live
 
 
-def parse_ethtool_stats(text: str, where: str) -> tuple[dict[str, int], list[SourceError]]:
-    """Parse ``ethtool -S`` output. Malformed lines are skipped and reported, never fatal."""
-    stats: dict[str, int] = {}
+def parse_ethtool_stats(text: str, where: str) -> tuple[dict[str, float], list[SourceError]]:
+    """Parse ``ethtool -S`` output. Malformed lines are reported, never fatal; one that names
+    its counter gives it an unknown value (NaN), not none: a sum over counters that holds it
+    is then unknown too and its last value stands (exporter/counters.py), where a sum short
+    of one part would read as a reset and count the whole sum again."""
+    stats: dict[str, float] = {}
     problems: list[SourceError] = []
     for lineno, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
@@ -46,6 +51,8 @@ def parse_ethtool_stats(text: str, where: str) -> tuple[dict[str, int], list[Sou
                 raise ValueError
         except ValueError:
             problems.append(SourceError(f"{where}:{lineno}", f"not a 'name: value' line: {stripped[:60]!r}"))
+            if sep and name:
+                stats[name] = math.nan
             continue
         stats[name] = number
     return stats, problems
@@ -60,7 +67,7 @@ class DriverStatsReader:
         self._ioctl: dict[str, _IoctlState] = {}  # live: device -> its ioctl state
         # Fixture: (device, wanted) -> (the file's stat key, those counters, the parse's problems).
         self._parsed: dict[tuple[str, frozenset[str] | None],
-                           tuple[tuple[int, int], dict[str, int], list[SourceError]]] = {}
+                           tuple[tuple[int, int], dict[str, float], list[SourceError]]] = {}
 
     def close(self) -> None:
         if self._sock is not None:
@@ -68,12 +75,22 @@ class DriverStatsReader:
             self._sock = None
         self._ioctl.clear()
 
+    def forget_except(self, devices: Collection[str]) -> None:
+        """Let go of what is kept for devices not in `devices` (the netdevs of the current
+        inventory). A device that leaves is never read again, so its state (live: a value
+        buffer of ~34 KB for a ConnectX's ~2,000 counters; fixture: a parse) would otherwise
+        stay for as long as the exporter runs, one more for each NIC that comes and goes."""
+        for device in self._ioctl.keys() - devices:
+            del self._ioctl[device]
+        for key in [key for key in self._parsed if key[0] not in devices]:
+            del self._parsed[key]
+
     def available(self, device: str) -> bool:
         if self.root.is_live:
             return True
         return self.root.exists(f"ethtool/{device}.txt")
 
-    def read(self, device: str, errors: list[SourceError], wanted: frozenset[str] | None = None) -> dict[str, int]:
+    def read(self, device: str, errors: list[SourceError], wanted: frozenset[str] | None = None) -> dict[str, float]:
         """Driver counters of a device (those in `wanted`, or all); raises SourceError when
         none can be had. A ConnectX prints over 2,000 counters: picking the few wanted ones
         by index keeps a fast-tick read cheap, and keeping only those keeps memory small."""
@@ -81,7 +98,7 @@ class DriverStatsReader:
             return self._read_ioctl(device, wanted)
         return self._read_file(device, errors, wanted)
 
-    def _read_file(self, device: str, errors: list[SourceError], wanted: frozenset[str] | None) -> dict[str, int]:
+    def _read_file(self, device: str, errors: list[SourceError], wanted: frozenset[str] | None) -> dict[str, float]:
         rel = f"ethtool/{device}.txt"
         key = self.root.stat_key(rel)
         if key is None:
@@ -96,7 +113,7 @@ class DriverStatsReader:
         errors.extend(cached[2])
         return cached[1]
 
-    def _read_ioctl(self, device: str, wanted: frozenset[str] | None) -> dict[str, int]:
+    def _read_ioctl(self, device: str, wanted: frozenset[str] | None) -> dict[str, float]:
         where = f"ethtool -S {device}"
         try:
             if self._sock is None:

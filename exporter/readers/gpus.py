@@ -44,6 +44,9 @@ class GpuSource:
         except SourceError as e:
             self._open_error = e
             raise
+        except Exception as e:  # noqa: BLE001 - what the backend did not foresee waits as long
+            self._open_error = SourceError(f"GPU backend {type(self.backend).__name__}", f"open failed: {e!r}")
+            raise self._open_error from e
         self.driver_version = driver_version
 
     def close(self) -> None:

@@ -37,6 +37,7 @@ STATS64_FIELDS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_errors
                   "rx_compressed", "tx_compressed", "rx_nohandler", "rx_otherhost_dropped")
 STAT_INDEX = tuple((name, STATS64_FIELDS.index(name)) for name in STAT_NAMES)
 NETLINK_TIMEOUT = 2.0
+SPEED_UNKNOWN_U16, SPEED_UNKNOWN_U32 = 0xFFFF, 0xFFFFFFFF
 
 
 @dataclass
@@ -166,8 +167,10 @@ def netdev_speed_mbps(root: Root, name: str) -> int | None:
         speed = int(text)
     except ValueError:
         raise SourceError(str(root.path(f"{NET}/{name}/speed")), f"not an integer: {text[:40]!r}") from None
-    # The kernel prints SPEED_UNKNOWN as -1 (some drivers: 4294967295 or 65535).
-    return speed if 0 < speed < 65535 else None
+    # The kernel prints SPEED_UNKNOWN as -1; some drivers print it unsigned, as 4294967295, or
+    # as the 16-bit 65535 of old. Every other positive value is a speed: 100000 and more
+    # are today's NICs.
+    return None if speed <= 0 or speed in (SPEED_UNKNOWN_U16, SPEED_UNKNOWN_U32) else speed
 
 
 def pci_device(root: Root, name: str) -> tuple[str, str, str]:

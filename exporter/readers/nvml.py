@@ -22,11 +22,12 @@ its MIG devices (``["MIG-..."]``), which the kubelet hands out for ``nvidia.com/
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from exporter.readers.pci import PCI_DEVICES
 from exporter.root import Root, SourceError
@@ -103,7 +104,7 @@ class GpuHealth:
     remapped_rows: dict[str, int] | None = None  # correctable / uncorrectable
     row_remap_pending: bool | None = None
     row_remap_failed: bool | None = None
-    nvlink_errors: dict[str, int] | None = None  # NVLINK_ERROR_KINDS, summed over active links
+    nvlink_errors: dict[str, float] | None = None  # NVLINK_ERROR_KINDS, summed over links ever up
 
 
 def normalize_pci(bus_id: str) -> str:
@@ -264,6 +265,7 @@ class _LiveGpu:
     use_samples: bool = True
     gpm_samples: list = field(default_factory=list)  # [previous, current] nvmlGpmSample_t, or []
     gpm_primed: bool = False  # a first GPM sample was taken
+    nvlinks: set[int] = field(default_factory=set)  # NVLinks seen up: their errors stay in the sums
 
 
 class NvmlGpus:
@@ -271,9 +273,10 @@ class NvmlGpus:
 
     def __init__(self, root: Root):
         self.root = root
-        self._nvml = None
+        self._nvml: Any = None  # the pynvml module, once open
         self._gpus: dict[int, _LiveGpu] = {}
-        self._events = None
+        self._unopened: dict[int, SourceError] = {}  # GPUs NVML lists that could not be set up: why
+        self._events: object | None = None  # the XID event set, where NVML offers one
         self._xids: dict[tuple[int, int], int] = {}
 
     def _error(self, where: str, e: Exception) -> SourceError:
@@ -292,36 +295,75 @@ class NvmlGpus:
         except Exception as e:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
             raise SourceError("NVML", f"cannot initialise NVML (no NVIDIA driver?): {e}") from e
         self._nvml = pynvml
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            pci = normalize_pci(_text(pynvml.nvmlDeviceGetPciInfo(handle).busId))
-            try:
-                numa = str(pynvml.nvmlDeviceGetNumaNodeId(handle))
-            except Exception:  # noqa: BLE001 - older drivers: ask sysfs
-                numa = self.root.read_optional_str(f"{PCI_DEVICES}/{pci}/numa_node") or ""
-                numa = numa if numa.isdigit() else ""
-            ident = GpuIdentity(i, _text(pynvml.nvmlDeviceGetUUID(handle)), _text(pynvml.nvmlDeviceGetName(handle)),
-                                pci, numa)
-            gpu = _LiveGpu(handle, ident)
-            try:
-                if pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
-                    gpu.gpm_samples = [pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()]
-            except Exception:  # noqa: BLE001 - pre-Hopper or old driver: no GPM
-                gpu.gpm_samples = []
-            self._gpus[i] = gpu
+        self._gpus, self._unopened, self._events, self._xids = {}, {}, None, {}  # a retry starts afresh
         try:
-            self._events = pynvml.nvmlEventSetCreate()
-            for gpu in self._gpus.values():
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                # One GPU that fails here (lost before the exporter started) costs only its
+                # own series: the others are read, and it reports why at every read of it.
                 try:
-                    pynvml.nvmlDeviceRegisterEvents(gpu.handle, XID_CRITICAL_ERROR, self._events)
-                except Exception:  # noqa: BLE001 - not supported on this GPU
-                    pass
+                    self._gpus[i] = self._open_gpu(i)
+                except Exception as e:  # noqa: BLE001 - NVMLError of any kind
+                    error = self._error(f"NVML gpu {i}", e)
+                    self._unopened[i] = type(error)(error.where, f"{error.what} (at start; not set up again "
+                                                                 "until the exporter restarts)")
+            self._events = self._xid_events()
+            return _text(pynvml.nvmlSystemGetDriverVersion())
+        except Exception as e:  # noqa: BLE001 - NVML itself failed: undo it all, to be retried afresh
+            self.close()
+            raise self._error("NVML", e) from e
+
+    def _open_gpu(self, i: int) -> _LiveGpu:
+        nv = self._nvml
+        handle = nv.nvmlDeviceGetHandleByIndex(i)
+        pci = normalize_pci(_text(nv.nvmlDeviceGetPciInfo(handle).busId))
+        try:
+            numa = str(nv.nvmlDeviceGetNumaNodeId(handle))
+        except Exception:  # noqa: BLE001 - older drivers: ask sysfs
+            numa = self.root.read_optional_str(f"{PCI_DEVICES}/{pci}/numa_node") or ""
+            numa = numa if numa.isdigit() else ""
+        ident = GpuIdentity(i, _text(nv.nvmlDeviceGetUUID(handle)), _text(nv.nvmlDeviceGetName(handle)), pci, numa)
+        # Last, once nothing else can fail: the samples are freed only with a GPU that was kept.
+        return _LiveGpu(handle, ident, gpm_samples=self._gpm_alloc(handle))
+
+    def _gpm_alloc(self, handle: object) -> list:
+        """Two GPM samples to compare, or [] where the GPU has no GPM (pre-Hopper, old driver)."""
+        nv = self._nvml
+        samples: list = []
+        try:
+            if nv.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
+                samples.append(nv.nvmlGpmSampleAlloc())
+                samples.append(nv.nvmlGpmSampleAlloc())
+        except Exception:  # noqa: BLE001 - no GPM: free the one sample that may have been made
+            _free_gpm(nv, samples)
+            return []
+        return samples
+
+    def _xid_events(self) -> object:
+        """An event set that XID errors of every GPU set up arrive in; None where unsupported."""
+        nv = self._nvml
+        try:
+            events = nv.nvmlEventSetCreate()
         except Exception:  # noqa: BLE001
-            self._events = None
-        return _text(pynvml.nvmlSystemGetDriverVersion())
+            return None
+        for gpu in self._gpus.values():
+            try:
+                nv.nvmlDeviceRegisterEvents(gpu.handle, XID_CRITICAL_ERROR, events)
+            except Exception:  # noqa: BLE001 - not supported on this GPU
+                pass
+        return events
 
     def close(self) -> None:
         if self._nvml is not None:
+            # nvmlShutdown does not free GPM samples: a failed open retried would leak them.
+            for gpu in self._gpus.values():
+                samples, gpu.gpm_samples = gpu.gpm_samples, []
+                _free_gpm(self._nvml, samples)
+            if self._events is not None:
+                try:
+                    self._nvml.nvmlEventSetFree(self._events)
+                except Exception:  # noqa: BLE001
+                    pass
+                self._events = None
             try:
                 self._nvml.nvmlShutdown()
             except Exception:  # noqa: BLE001
@@ -329,10 +371,20 @@ class NvmlGpus:
             self._nvml = None
 
     def gpus(self) -> list[GpuIdentity]:
-        return [g.identity for g in self._gpus.values()]
+        """Every GPU NVML lists; one that could not be set up with only its index known, so
+        that its series show it down (each read raises why)."""
+        unopened = [GpuIdentity(i, "", "", "", "") for i in self._unopened]
+        return sorted([*(g.identity for g in self._gpus.values()), *unopened], key=lambda g: g.index)
+
+    def _live(self, index: int) -> _LiveGpu:
+        error = self._unopened.get(index)
+        if error is not None:
+            # A fresh exception each time: one raised again and again would grow its traceback.
+            raise type(error)(error.where, error.what)
+        return self._gpus[index]
 
     def activity(self, index: int, sm_clock: bool = True) -> GpuActivity:
-        nv, gpu = self._nvml, self._gpus[index]
+        nv, gpu = self._nvml, self._live(index)
         where = f"NVML gpu {index}"
         try:
             utilization = self._utilization(gpu)
@@ -369,14 +421,14 @@ class NvmlGpus:
         """fn(the GPU's handle, *args); None where the GPU does not support it, a SourceError
         where the GPU is lost."""
         try:
-            return fn(self._gpus[index].handle, *args)
+            return fn(self._live(index).handle, *args)
         except self._nvml.NVMLError as e:
             if e.value == NVML_ERROR_GPU_IS_LOST:
                 raise self._error(f"NVML gpu {index}", e) from e
             return None
 
     def details(self, index: int) -> GpuDetails:
-        nv, gpu = self._nvml, self._gpus[index]
+        nv, gpu = self._nvml, self._live(index)
         opt = partial(self._optional, index)
         power = opt(nv.nvmlDeviceGetPowerUsage)
         temp = opt(nv.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU)
@@ -389,7 +441,7 @@ class NvmlGpus:
                           self._gpm(gpu))
 
     def health(self, index: int) -> GpuHealth:
-        nv, gpu = self._nvml, self._gpus[index]
+        nv, gpu = self._nvml, self._live(index)
         opt = partial(self._optional, index)
         ecc = {name: opt(nv.nvmlDeviceGetTotalEccErrors, error_type, NVML_VOLATILE_ECC)
                for name, error_type in zip(ECC_ERROR_TYPES, NVML_MEMORY_ERROR_TYPES)}
@@ -399,22 +451,33 @@ class NvmlGpus:
                          bool(rows[2]) if rows else None, bool(rows[3]) if rows else None,
                          self._nvlink_errors(gpu, opt))
 
-    def _nvlink_errors(self, gpu: _LiveGpu, opt) -> dict[str, int] | None:
-        """Each error kind summed over the links that are up; None without NVLink."""
+    def _nvlink_errors(self, gpu: _LiveGpu, opt) -> dict[str, float] | None:
+        """Each error kind summed over the links that were ever up; None without NVLink. A link
+        that goes down stays in the sum: taken out, its errors would make the sum drop, which
+        reads as a reset and counts every error again when it is back. Where a down link's
+        counter cannot be read, the kind's sum is unknown (NaN: its last value stands)."""
         nv = self._nvml
-        totals: dict[str, int] | None = None
         for link in range(NVML_NVLINK_MAX_LINKS):
-            if opt(nv.nvmlDeviceGetNvLinkState, link) != NVML_FEATURE_ENABLED:
-                continue
-            totals = totals if totals is not None else dict.fromkeys(NVLINK_ERROR_KINDS, 0)
+            if link not in gpu.nvlinks and opt(nv.nvmlDeviceGetNvLinkState, link) == NVML_FEATURE_ENABLED:
+                gpu.nvlinks.add(link)
+        if not gpu.nvlinks:
+            return None
+        totals = dict.fromkeys(NVLINK_ERROR_KINDS, 0.0)
+        for link in sorted(gpu.nvlinks):
+            up: bool | None = None  # asked only when a counter does not answer
             for counter, kind in enumerate(NVLINK_ERROR_KINDS):
                 value = opt(nv.nvmlDeviceGetNvLinkErrorCounter, link, counter)
                 if value is not None:
                     totals[kind] += int(value)
+                    continue
+                if up is None:
+                    up = opt(nv.nvmlDeviceGetNvLinkState, link) == NVML_FEATURE_ENABLED
+                if not up:  # a counter the GPU does not have is skipped; one of a link down is unknown
+                    totals[kind] = math.nan
         return totals
 
     def processes(self, index: int) -> list[GpuProcess]:
-        nv, gpu = self._nvml, self._gpus[index]
+        nv, gpu = self._nvml, self._live(index)
         try:
             try:
                 procs = nv.nvmlDeviceGetComputeRunningProcesses(gpu.handle)
@@ -430,7 +493,7 @@ class NvmlGpus:
                 for p in procs]
 
     def mig_uuids(self, index: int) -> list[str]:
-        return [_text(self._nvml.nvmlDeviceGetUUID(h)) for h in self._mig_handles(self._gpus[index])]
+        return [_text(self._nvml.nvmlDeviceGetUUID(h)) for h in self._mig_handles(self._live(index))]
 
     def _mig_handles(self, gpu: _LiveGpu) -> list:
         """The GPU's MIG devices; none when MIG is off or unsupported."""
@@ -499,3 +562,11 @@ def _same_handle(a, b) -> bool:
 
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _free_gpm(nv: Any, samples: list) -> None:
+    for sample in samples:
+        try:
+            nv.nvmlGpmSampleFree(sample)
+        except Exception:  # noqa: BLE001 - freeing is best effort: nothing else to do
+            pass

@@ -62,11 +62,12 @@ def _port_netdev(root: Root, dev: str, port: str) -> str:
 def list_ports(root: Root, errors: list[SourceError], static: dict | None = None,
                devices: list[str] | None = None, settled: bool = False) -> list[RdmaPort]:
     """Every RDMA port (of `devices`, the listing of sys/class/infiniband where the caller
-    has it). `static` memoises what does not change while a device exists (their link layer
-    and netdev; and, once `settled`, each device's ports); rate and state are read every time.
+    has it). `static` memoises, once `settled`, what does not change while a device exists
+    (each port's link layer and netdev, each device's ports); rate and state are read every time.
     `settled`: the devices are those the caller saw at its last look. A device just
-    registered may not list all its ports yet (the kernel adds them one by one), so its
-    ports are memoised only from its second look on."""
+    registered may not list all its ports yet (the kernel adds them one by one), nor name a
+    port's netdev (its GID table fills after it registers), so they are memoised only from
+    its second look on."""
     static = {} if static is None else static
     ports = []
     for dev in root.listdir(IB) if devices is None else devices:
@@ -80,8 +81,11 @@ def list_ports(root: Root, errors: list[SourceError], static: dict | None = None
             try:
                 known = static.get(base)
                 if known is None:
-                    known = static[base] = (root.read_optional_str(f"{base}/link_layer") or "InfiniBand",
-                                            _port_netdev(root, dev, port))
+                    known = (root.read_optional_str(f"{base}/link_layer") or "InfiniBand", _port_netdev(root, dev, port))
+                    # A device just registered may not name its netdev yet (its GIDs come later); a
+                    # RoCE port always has one, so until it does, it is looked for again.
+                    if settled and (known[1] or known[0] != "Ethernet"):
+                        static[base] = known
                 rate_text = root.read_optional_str(f"{base}/rate")
                 state = (root.read_optional_str(f"{base}/state") or "").partition(":")[2].strip()
                 ports.append(RdmaPort(dev, port, known[0], parse_rate(rate_text) if rate_text else None,

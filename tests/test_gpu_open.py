@@ -1,0 +1,206 @@
+"""Opening NVML on a live node (readers/nvml.py NvmlGpus) when part of it fails: a GPU lost
+before the exporter started costs only its own series and says which GPU, NVML failing as a
+whole is retried only every REOPEN_SECONDS, and GPM samples are freed.
+
+NVML is absent here: FakePynvml, put in sys.modules as `pynvml`, answers as nvidia-ml-py
+would on a node of three GPUs."""
+
+import logging
+import sys
+from types import SimpleNamespace
+
+import pytest
+from exporter_harness import Node
+
+from exporter.inventory import InventoryOptions
+from exporter.readers.gpus import GpuSource
+from exporter.readers.nvml import NVML_ERROR_GPU_IS_LOST, NVML_ERROR_TIMEOUT, NvmlGpus
+from exporter.root import Root, SourceError
+from exporter.sampler import Sampler
+from gpunet.contract import NVLINK_ERROR_KINDS
+
+NVML_ERROR_UNKNOWN = 999
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int):
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+class FakePynvml:
+    """nvidia-ml-py on three Hopper GPUs; `lost` fails nvmlDeviceGetUUID as a GPU off the bus
+    does; `driver_error` fails nvmlSystemGetDriverVersion, the last call of open."""
+
+    NVMLError = NVMLError
+
+    def __init__(self, lost: int | None = None, driver_error: int | None = None):
+        self.lost, self.driver_error = lost, driver_error
+        self.inits = self.shutdowns = 0
+        self.gpm_samples: set[object] = set()  # allocated, not yet freed
+
+    def nvmlInit(self):
+        self.inits += 1
+
+    def nvmlShutdown(self):
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self):
+        return 3
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetPciInfo(self, handle):
+        return SimpleNamespace(busId=f"00000000:{0x17 + handle:02X}:00.0".encode())
+
+    def nvmlDeviceGetNumaNodeId(self, handle):
+        return 0
+
+    def nvmlDeviceGetUUID(self, handle):
+        if handle == self.lost:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        return f"GPU-0000000{handle}".encode()
+
+    def nvmlDeviceGetName(self, handle):
+        return b"NVIDIA H100 80GB HBM3"
+
+    def nvmlGpmQueryDeviceSupport(self, handle):
+        return SimpleNamespace(isSupportedDevice=1)
+
+    def nvmlGpmSampleAlloc(self):
+        sample = object()
+        self.gpm_samples.add(sample)
+        return sample
+
+    def nvmlGpmSampleFree(self, sample):
+        self.gpm_samples.remove(sample)
+
+    def nvmlEventSetCreate(self):
+        return "events"
+
+    def nvmlDeviceRegisterEvents(self, handle, kinds, events):
+        pass
+
+    def nvmlEventSetWait(self, events, timeout_ms):
+        raise NVMLError(NVML_ERROR_TIMEOUT)
+
+    def nvmlEventSetFree(self, events):
+        pass
+
+    def nvmlSystemGetDriverVersion(self):
+        if self.driver_error is not None:
+            raise NVMLError(self.driver_error)
+        return b"550.54.15"
+
+    def nvmlDeviceGetSamples(self, handle, kind, since_us):
+        return 0, [SimpleNamespace(timeStamp=since_us + 1, sampleValue=SimpleNamespace(uiVal=50))]
+
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        return 1980
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return 0
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch):
+    def install(**failures) -> FakePynvml:
+        fake = FakePynvml(**failures)
+        monkeypatch.setitem(sys.modules, "pynvml", fake)
+        return fake
+
+    return install
+
+
+def test_a_gpu_lost_at_start_costs_only_its_series_and_nvml_is_opened_once(tmp_path, fake_nvml, caplog):
+    fake = fake_nvml(lost=1)
+    node = Node(tmp_path)  # no nvml.json: the harness' own sampler reads no GPU
+    source = GpuSource(NvmlGpus(Root(tmp_path)))
+    node.sampler = Sampler(Root(tmp_path), node.registry, InventoryOptions(), gpus=source, collectors=["gpu"])
+    with caplog.at_level(logging.INFO, logger="gpunet.exporter"):
+        for t in (0.0, 0.2, 0.4, 0.6):
+            node.tick(slow=False, now=t)
+    assert [node.value("gpunet_gpu_up", gpu=gpu) for gpu in "012"] == [1.0, 0.0, 1.0]
+    for gpu in "02":
+        assert node.value("gpunet_gpu_busy_seconds_total", gpu=gpu) == pytest.approx(0.6 * 0.5)
+    assert node.value("gpunet_gpu_busy_seconds_total", gpu="1") is None
+    # Opened once, not again at every tick (the back-off is REOPEN_SECONDS; the ticks took far less).
+    assert fake.inits == 1
+    warnings = [r.getMessage() for r in caplog.records if "NVML" in r.getMessage()]
+    assert len(warnings) == 1 and "NVML gpu 1: NVML_ERROR_GPU_IS_LOST" in warnings[0], warnings
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    source.close()
+    assert not fake.gpm_samples and fake.shutdowns == 1
+
+
+def test_nvml_failing_as_a_whole_is_undone_and_retried_only_after_the_back_off(fake_nvml):
+    fake = fake_nvml(driver_error=NVML_ERROR_UNKNOWN)
+    source = GpuSource(NvmlGpus(Root("/")))
+    for _ in range(3):
+        with pytest.raises(SourceError, match=f"^NVML: NVML error {NVML_ERROR_UNKNOWN}$"):
+            source.ensure_open()
+    assert fake.inits == 1 and fake.shutdowns == 1
+    assert not fake.gpm_samples  # the three GPUs' samples, allocated before it failed, are freed
+
+
+def test_a_backend_that_fails_unforeseen_is_retried_only_after_the_back_off():
+    class Broken:
+        opened = 0
+
+        def open(self):
+            self.opened += 1
+            raise ZeroDivisionError("a bug")
+
+    backend = Broken()
+    source = GpuSource(backend)
+    for _ in range(3):
+        with pytest.raises(SourceError, match=r"^GPU backend Broken: open failed: ZeroDivisionError\('a bug'\)$"):
+            source.ensure_open()
+    assert backend.opened == 1
+
+
+class NvLinkPynvml(FakePynvml):
+    """Four NVLinks per GPU, each with some errors; `down` links report disabled, and their
+    counters answer only where `down_readable`."""
+
+    NOT_SUPPORTED = 3
+
+    def __init__(self):
+        super().__init__()
+        self.down: set[int] = set()
+        self.down_readable = True
+
+    def nvmlDeviceGetTotalEccErrors(self, handle, error_type, counter_type):
+        raise NVMLError(self.NOT_SUPPORTED)
+
+    def nvmlDeviceGetRemappedRows(self, handle):
+        raise NVMLError(self.NOT_SUPPORTED)
+
+    def nvmlDeviceGetNvLinkState(self, handle, link):
+        if link >= 4:
+            raise NVMLError(self.NOT_SUPPORTED)
+        return 0 if link in self.down else 1
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle, link, counter):
+        if link in self.down and not self.down_readable:
+            raise NVMLError(self.NOT_SUPPORTED)
+        return 10 * (link + 1) + counter
+
+
+def test_the_errors_of_an_nvlink_that_went_down_stay_in_the_sums(monkeypatch):
+    """Summed over the links up only, a link going down would make the sums drop: a reset to
+    the exporter's counters, which would then count every error of the others again."""
+    fake = NvLinkPynvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    gpus = NvmlGpus(Root("/"))
+    gpus.open()
+    before = gpus.health(0).nvlink_errors
+    crc_flit = NVLINK_ERROR_KINDS.index("crc_flit")
+    assert before is not None and before["crc_flit"] == sum(10 * (link + 1) + crc_flit for link in range(4))
+    fake.down = {2}
+    assert gpus.health(0).nvlink_errors == before  # its counters still read: the same sums
+    fake.down_readable = False
+    unknown = gpus.health(0).nvlink_errors
+    assert unknown is not None and all(v != v for v in unknown.values())  # NaN: the last value stands
+    gpus.close()
