@@ -199,8 +199,9 @@ GPU_ROW_REMAP_PENDING = _m("gpunet_gpu_row_remap_pending", "gauge",
 GPU_ROW_REMAP_FAILED = _m("gpunet_gpu_row_remap_failed", "gauge",
                           "1 when a row remapping failed (no spare row left): the GPU needs replacing.", GPU)
 GPU_NVLINK_ERRORS = _m("gpunet_gpu_nvlink_errors_total", "counter",
-                       "NVLink errors summed over the GPU's active links, by kind: replay, recovery, crc_flit, "
-                       "crc_data, ecc_data.", ("gpu", "kind"))
+                       "NVLink errors summed over the GPU's links seen up since the exporter started (a link "
+                       "going down keeps its errors in the sum), by kind: replay, recovery, crc_flit, crc_data, "
+                       "ecc_data.", ("gpu", "kind"))
 GPU_SM_ACTIVE = _m("gpunet_gpu_sm_active_ratio", "gauge",
                    "Fraction of SMs busy between the last two slow reads (NVML GPM, Hopper and newer).", GPU)
 GPU_SM_OCCUPANCY = _m("gpunet_gpu_sm_occupancy_ratio", "gauge",
