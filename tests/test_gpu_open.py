@@ -204,3 +204,37 @@ def test_the_errors_of_an_nvlink_that_went_down_stay_in_the_sums(monkeypatch):
     unknown = gpus.health(0).nvlink_errors
     assert unknown is not None and all(v != v for v in unknown.values())  # NaN: the last value stands
     gpus.close()
+
+
+class FlakySamplesPynvml(FakePynvml):
+    """The utilization sample buffer times out once, or is not supported at all."""
+
+    def __init__(self, samples_error: int):
+        super().__init__()
+        self.samples_error: int | None = samples_error
+        self.sample_reads = 0
+
+    def nvmlDeviceGetSamples(self, handle, kind, since_us):
+        self.sample_reads += 1
+        if self.samples_error is not None:
+            error, self.samples_error = self.samples_error, (self.samples_error if self.samples_error == 3 else None)
+            raise NVMLError(error)
+        return super().nvmlDeviceGetSamples(handle, kind, since_us)
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return SimpleNamespace(gpu=20)
+
+
+@pytest.mark.parametrize(("error", "reads_samples_again"), [(NVML_ERROR_TIMEOUT, True), (3, False)])
+def test_a_passing_sample_buffer_error_costs_one_reading_and_an_unsupported_buffer_the_rest(
+        monkeypatch, error, reads_samples_again):
+    fake = FlakySamplesPynvml(error)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    gpus = NvmlGpus(Root("/"))
+    gpus.open()
+    assert gpus.activity(0).utilization == pytest.approx(0.2)  # the rates, this once
+    reads = fake.sample_reads
+    second = gpus.activity(0).utilization
+    assert (fake.sample_reads > reads) == reads_samples_again
+    assert second == pytest.approx(0.5 if reads_samples_again else 0.2)
+    gpus.close()

@@ -38,6 +38,8 @@ from gpunet.contract import ECC_ERROR_TYPES, NVLINK_ERROR_KINDS
 THROTTLE_BITS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
                  0x80: "hw_power_brake"}
 NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_NO_PERMISSION = 4
@@ -414,7 +416,9 @@ class NvmlGpus:
                     return gpu.last_utilization
                 if e.value == NVML_ERROR_GPU_IS_LOST:
                     raise
-                gpu.use_samples = False
+                if e.value in (NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED):
+                    gpu.use_samples = False  # a GPU without the sample buffer: the rates from now on
+                # else a passing error (a timeout): the rates this once, the samples at the next read
         return nv.nvmlDeviceGetUtilizationRates(gpu.handle).gpu / 100.0
 
     def _optional(self, index: int, fn, *args):
