@@ -116,6 +116,25 @@ def test_link_degraded_ignores_a_spare_port_down_all_along_and_a_small_speed_gap
     assert check("link_degraded", ctx) is None
 
 
+def test_a_slower_nic_of_another_kind_on_every_node_is_no_degraded_link():
+    """A 200G storage NIC beside the 400G compute NICs, on every node (its RDMA device makes it
+    a fabric NIC by default): its peers are the storage NICs of the other nodes. The same NIC
+    trained at half its speed on one node is a degraded link."""
+    def with_storage(speed_of_node_5: float) -> WindowContext:
+        ctx = window()
+        storage = pd.DataFrame({"speed": SPEED / 2, "up": 1.0, "carrier_changes": 0.0, "pfc_tx_rate": 0.0,
+                                "loss_rate": 0.0, "in_use": True},
+                               index=pd.MultiIndex.from_tuples([(n, "stor0") for n in NODES],
+                                                               names=["instance", "device"]))
+        storage.loc[(NODES[5], "stor0"), "speed"] = speed_of_node_5
+        return dataclasses.replace(ctx, nic=pd.concat([ctx.nic, storage]).sort_index())
+
+    assert check("link_degraded", with_storage(SPEED / 2)) is None
+    d = check("link_degraded", with_storage(SPEED / 4))
+    assert d is not None and d.nodes == [NODES[5]]
+    assert d.evidence["links"] == {f"{NODES[5]} stor0": "100 Gb/s vs peers 200 Gb/s"}
+
+
 # --- packet_loss -----------------------------------------------------------------------------
 
 def test_packet_loss_localised_on_the_node_holding_the_loss():
@@ -193,6 +212,24 @@ def test_gpu_throttle_names_the_throttled_node_and_its_gpus():
 
 def test_gpu_throttle_below_a_quarter_of_the_time_is_not_a_finding():
     assert check("gpu_throttle", window({"idle_frac": 0.25}, {NODES[4]: {"throttle_frac": 0.1}})) is None
+
+
+def test_a_power_cap_on_every_node_is_no_throttle_finding_and_hides_no_straggler():
+    """A fleet-wide power cap slows every node alike: nobody waits for anybody in particular.
+    The node its peers do wait for is a straggler, not hidden behind a job-wide throttle."""
+    nodes = {n: {"throttle_frac": 0.4 + 0.01 * k} for k, n in enumerate(NODES)}
+    nodes[NODES[3]].update({"idle_frac": 0.02, "idle_frac_z": -9.0})
+    ctx = window({"idle_frac": 0.27}, nodes)
+    assert check("gpu_throttle", ctx) is None
+    d = check("straggler", ctx)
+    assert d is not None and d.nodes == [NODES[3]]
+
+
+def test_throttled_nodes_above_the_rest_of_the_job_are_found_even_when_many():
+    nodes = {n: {"throttle_frac": 0.5} for n in NODES[:5]}
+    nodes.update({n: {"throttle_frac": 0.05} for n in NODES[5:]})
+    d = check("gpu_throttle", window({"idle_frac": 0.27}, nodes))
+    assert d is not None and sorted(d.nodes) == sorted(NODES[:5])
 
 
 # --- straggler -------------------------------------------------------------------------------
@@ -338,3 +375,40 @@ def test_others_median_is_the_median_of_the_other_nodes():
             got = others_median(values)
             for node in values.index:
                 assert got[node] == pytest.approx(values.drop(index=node).median(), nan_ok=True), (values, node)
+
+
+# --- packet_loss: one bad link, whatever the job's size ------------------------------------
+
+def _loss_window(nodes: list[str], lossy: str, rate: float) -> WindowContext:
+    """A window of healthy nodes (GPUs idling 10 points above the baseline: an impact) where
+    `lossy` counts `rate` go-back-N events per second, as window() builds one for 8 nodes."""
+    node = pd.DataFrame.from_dict({n: dict(NODE_HEALTHY) for n in nodes}, orient="index")
+    node.index.name = "instance"
+    node.loc[lossy, "loss_rate"] = rate
+    nic = pd.DataFrame.from_dict({(n, "ens1f0np0"): {"speed": SPEED, "up": 1.0, "carrier_changes": 0.0,
+                                                     "pfc_tx_rate": 0.0, "loss_rate": rate if n == lossy else 0.0,
+                                                     "in_use": True} for n in nodes}, orient="index")
+    nic.index = pd.MultiIndex.from_tuples(nic.index, names=["instance", "device"])
+    figures = {**CLUSTER_HEALTHY, "gpu_time": len(nodes) * 8 * 20.0, "idle_frac": 0.3}
+    figures["idle_quiet_sustained"] = figures["idle_quiet_frac"]
+    return WindowContext(0.0, pd.Series(figures), node, nic, BASELINE, SPEED, pd.DataFrame(), 20.0, {},
+                         {name: r.explains for name, r in RULES.items()},
+                         {name: r.waits_in for name, r in RULES.items()})
+
+
+@pytest.mark.parametrize("size", [8, 64])
+def test_packet_loss_on_one_node_is_found_among_few_or_many_nodes(size):
+    """A bad cable or optic costs its node a few go-back-N events a second however many
+    healthy nodes share the job: the bar is a node's rate, not the job's mean (3 events/s on
+    one node of 64 is a mean of 0.05). Both the window's check and the signature that keeps
+    the window out of the job's baseline see it."""
+    from diagnoser.analysis.rules.packet_loss import LOSS_RATE
+
+    nodes = [f"node-{k:02d}:9845" for k in range(size)]
+    rate = 3 * LOSS_RATE  # a few events a second: a link going bad, above the bar on its own
+    d = check("packet_loss", _loss_window(nodes, nodes[5], rate))
+    assert d is not None and d.nodes == [nodes[5]] and d.devices == ["ens1f0np0"]
+    per_window = pd.DataFrame({"loss_rate": 0.0, "retrans_ratio": 1e-5},
+                              index=pd.MultiIndex.from_product([nodes, [0.0, 20.0]], names=["instance", "window"]))
+    per_window.loc[(nodes[5], 20.0), "loss_rate"] = rate
+    assert rule("packet_loss").signature(per_window).tolist() == [False, True]

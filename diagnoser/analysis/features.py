@@ -62,9 +62,12 @@ def compute(frame: Frame) -> Features:
         f["ecn_rate"] = n["ecn"] / step
         f["cnp_rate"] = (n["cnp_sent"].fillna(0) + n["cnp_received"].fillna(0)) / step
         # Congestion marks per gigabyte moved: a busy healthy fabric marks some packets;
-        # congestion marks many more for the same traffic.
+        # congestion marks many more for the same traffic. The CNPs a receiver sends answer
+        # the marked packets it got (at most one per flow and interval): the same marks
+        # counted again, so the larger of the two, which stands for the marks where a NIC
+        # counts only its CNPs.
         gb_moved = (n["tx_bytes"] + n["rx_bytes"]) / 1e9
-        f["ecn_per_gb"] = (n["ecn"].fillna(0) + n["cnp_sent"].fillna(0)) / gb_moved
+        f["ecn_per_gb"] = np.fmax(n["ecn"].fillna(0), n["cnp_sent"].fillna(0)) / gb_moved
         # InfiniBand's back-pressure: ticks a port waited for credit, per gigabyte moved. The
         # tick is the HCA's own, so only its rise against the same job's baseline means anything.
         f["xmit_wait_per_gb"] = n["xmit_wait"] / gb_moved
@@ -89,8 +92,14 @@ def compute(frame: Frame) -> Features:
     by = f.groupby(level="window")
     total_gpu_time = by["gpu_time"].sum(min_count=1)
     g["gpu_time"] = total_gpu_time
+    # Idle is weighed over the nodes whose split is known: a node whose busy + idle does not
+    # add up (catching up after a scrape gap or an exporter restart) has no idle_frac, and
+    # its GPU time in the denominator alone would dilute the others' idle (one node of 4
+    # catching up would halve the cluster's).
+    known_gpu_time = f["gpu_time"].where(f["idle_frac"].notna()).groupby(level="window").sum(min_count=1)
     with np.errstate(all="ignore"):
-        g["idle_frac"] = (f["idle_frac"] * f["gpu_time"]).groupby(level="window").sum(min_count=1) / total_gpu_time
+        g["idle_frac"] = (f["idle_frac"] * f["gpu_time"]).groupby(level="window").sum(min_count=1) / \
+            known_gpu_time.replace(0, np.nan)
         for s in STATES:
             g[f"idle_{s}_frac"] = n[f"idle_{s}"].groupby(level="window").sum(min_count=1) / total_gpu_time
     g["nodes"] = by["gpu_time"].count()

@@ -121,13 +121,18 @@ def counter_increase(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndar
 def counter_deltas(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(time of each later sample, the counter's growth since the sample before), resets and
     NaN/Inf handled (see counter_increase)."""
+    # A NaN/Inf sample carries no information, but the counter kept counting through it:
+    # drop the sample, so that the growth across it lands on the next finite one (zeroing
+    # the deltas on either side would lose two scrape intervals' growth).
+    ok = np.isfinite(v)
+    if not ok.all():
+        t, v = t[ok], v[ok]
     if len(t) < 2:
         return t[:0], v[:0]
     delta = np.diff(v)
     reset = delta < 0
     if reset.any():
         delta[reset] = v[1:][reset]
-    delta[~np.isfinite(delta)] = 0.0  # NaN/Inf samples carry no information
     return t[1:], delta
 
 

@@ -39,6 +39,14 @@ NODE_GROUP = 200  # instances per query: keeps each answer a few MB on a 1000-no
 WINDOWS_PER_QUERY = 120  # time split: windows per range query
 MAX_SUSPECTS = 64
 MAX_SPLITS = 6  # halvings of a query refused over a server limit: at most 64 pieces of it
+# Counters whose samples tell the scrape interval, in the order tried: one series per node
+# first (the cheapest query), then counters every GPU node and every node serve (the TCP
+# collector may be off). Every series of a target is scraped at the same times.
+SCRAPE_PROBES = (c.TCP_SENT.name, c.GPU_BUSY_SECONDS.name, c.NIC_TRANSMIT_BYTES.name)
+# The interval assumed where no probe has samples: Prometheus's default, and the longest in
+# common use. A guess too long only makes windows coarser; one too short gives windows of a
+# single sample each, where increase() has nothing to subtract (every window NaN).
+SCRAPE_FALLBACK = 60.0
 # The NIC columns read per device for suspect nodes: what localises a culprit NIC.
 NIC_DRILL_DOWN = ("speed", "up", "pfc_", "rdma_loss", "carrier_changes", "tx_bytes", "rx_bytes")
 
@@ -246,6 +254,17 @@ async def _fabric_devices(q: _Queries, fabric: str) -> list[str] | None:
     return sorted(names)
 
 
+async def _scrape_interval(q: _Queries) -> float | None:
+    """The scrape interval: the range over the median count of samples per series of the
+    first probe counter that has any; None where none has."""
+    for metric in SCRAPE_PROBES:
+        counts = await q.instant(f"count_over_time({metric}{{$M}}[{int(q.end - q.start)}s])")
+        per = [float(r["value"][1]) for r in counts if float(r["value"][1]) > 1]
+        if per:
+            return (q.end - q.start) / float(np.median(per))
+    return None
+
+
 async def frame_from_prometheus(client: PrometheusClient, start: float, end: float,
                                 progress: Callable[[str], None] = lambda m: None) -> Frame:
     instances = await _instances(client, start, end, progress)
@@ -254,11 +273,14 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
                         f"{await where_data_is(client, time.time())}")
     q = _Queries(client, start, end, instances, progress)
     q.guard = await _counts_first_sample(client, end)
-    # The scrape interval: samples of one counter over the window, per instance.
-    counts = await q.instant(f"count_over_time({c.TCP_SENT.name}{{$M}}[{int(end - start)}s])")
-    per = [float(r["value"][1]) for r in counts if float(r["value"][1]) > 1]
-    scrape = (end - start) / float(np.median(per)) if per else 15.0
+    measured = await _scrape_interval(q)
+    scrape = measured or SCRAPE_FALLBACK
     step = choose_step(start, end, scrape)
+    warnings: list[str] = []
+    if measured is None:
+        warnings.append(f"no samples of {', '.join(SCRAPE_PROBES)} to tell the scrape interval by: assumed "
+                        f"{SCRAPE_FALLBACK:.0f}s (windows of {step:.0f}s)")
+        progress(f"warning: {warnings[-1]}")
     edges, partial = window_edges(start, end, step)
     windows = edges[:-1]
     q.step, q.windows = float(edges[1] - edges[0]) if partial else step, windows
@@ -377,7 +399,7 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
     nccl = await _nccl(q)
     config = await config_from_prometheus(client, start, end, q.instant)
     frame = assemble(f"prometheus:{client.url}", start, end, step, scrape, windows, node_cols, nic_rows, has_gpus,
-                     fine, speed_median, [], gpu_rows)
+                     fine, speed_median, warnings, gpu_rows)
     frame.workloads, frame.node_fine, frame.nccl = workloads, node_fine, nccl
     frame.config, frame.partial = config, partial
     # Series that no node can be given (recording rules or remote writes that dropped it).

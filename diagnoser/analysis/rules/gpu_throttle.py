@@ -7,6 +7,11 @@ import pandas as pd
 from diagnoser.analysis.rules.base import MIN_PEERS, BottleneckClass, Detection, WindowContext, against_peers, any_node
 
 THROTTLE = 0.25  # fraction of a node's GPU time under a throttle reason
+# ... beyond what the job's least throttled nodes spend (its 10th percentile: the nodes that
+# wait, robust to one odd node among ten): they wait for a node in proportion to how much
+# more it throttles than they do. A
+# fleet-wide power cap slows every node alike and makes none wait (their GPUs are busy,
+# only slower): no finding, and no node set aside from the straggler and host_bound rules.
 # Without a rise of the job's idle, a throttled node still counts when it idles far less
 # than its peers (robust z): the others are waiting for it.
 WAITED_FOR_Z = -2.0
@@ -15,7 +20,10 @@ WAITED_FOR_GAP = 0.03  # idle fraction below the others', where too few nodes fo
 
 def check(w: WindowContext) -> Detection | None:
     nw = w.node
-    throttled = nw[nw["throttle_frac"] >= THROTTLE]
+    share = nw["throttle_frac"]
+    # On fewer nodes than a spread needs, the share alone (one node's peers are too few to say).
+    floor = share.quantile(0.1) if len(nw) >= MIN_PEERS else 0.0
+    throttled = nw[(share >= THROTTLE) & (share - floor >= THROTTLE)]
     if not len(throttled):
         return None
     # On fewer nodes than a spread needs, waited for = idling clearly less than the others.

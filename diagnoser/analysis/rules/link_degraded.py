@@ -10,6 +10,11 @@ from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowCont
 # A link below its peers' speed (a 200G NIC trained at 100G, or 4x lanes at 2x).
 SLOW_LINK = 0.75
 FEW_NODES = 4  # at most one node in this many with slow links from the start is a fault, not a hardware class
+# Identical nodes carry the same NICs in the same slots, under the same names: a NIC's peers
+# are the same device on the other nodes, where at least this many nodes have it (two that
+# agree outvote a degraded one), so that a 200G storage NIC beside 400G compute NICs on
+# every node is no fault. Names that differ from node to node fall back to the fabric's median.
+SAME_DEVICE_NODES = 3
 
 
 def check(w: WindowContext) -> Detection | None:
@@ -19,11 +24,14 @@ def check(w: WindowContext) -> Detection | None:
     median_speed = w.fabric_speed_median
     if not np.isfinite(median_speed):
         median_speed = nicw["speed"].median()
-    slow = nicw["speed"] < SLOW_LINK * median_speed
+    same_device = nicw["speed"].groupby(level="device")
+    peer_speed = same_device.transform("median").where(same_device.transform("count") >= SAME_DEVICE_NODES,
+                                                        median_speed)
+    slow = nicw["speed"] < SLOW_LINK * peer_speed
     if not (slow.any() or (nicw["up"] == 0).any() or (nicw["carrier_changes"] > 0).any()):
         return None  # the common case, decided before any copy
     if "in_use" in nicw:  # a spare port down all along is not a fault
-        nicw, slow = nicw[nicw["in_use"]], slow[nicw["in_use"]]
+        nicw, slow, peer_speed = nicw[nicw["in_use"]], slow[nicw["in_use"]], peer_speed[nicw["in_use"]]
     if slow.any():
         # Slower than its peers is a fault where the link fell within the range, runs below a
         # sibling NIC of its own node, or is one of few nodes: a group of nodes that ran slower
@@ -45,7 +53,7 @@ def check(w: WindowContext) -> Detection | None:
         if nicw.at[(i, d), "up"] == 0:
             return "down"
         if slow.at[(i, d)]:
-            return f"{nicw.at[(i, d), 'speed'] * 8 / 1e9:.0f} Gb/s vs peers {median_speed * 8 / 1e9:.0f} Gb/s"
+            return f"{nicw.at[(i, d), 'speed'] * 8 / 1e9:.0f} Gb/s vs peers {peer_speed.at[(i, d)] * 8 / 1e9:.0f} Gb/s"
         return f"{nicw.at[(i, d), 'carrier_changes']:.0f} carrier changes"
 
     instances = nicw.index.get_level_values("instance")
@@ -60,7 +68,8 @@ def check(w: WindowContext) -> Detection | None:
         """How much the culprit carries: how far its slowest link fell below the peers, and
         how often its links went down or flapped."""
         mine = instances == node
-        fell = max(0.0, 1 - float(nicw["speed"][mine].min()) / median_speed) if median_speed > 0 else 0.0
+        ratio = (nicw["speed"][mine] / peer_speed[mine]).min()
+        fell = max(0.0, 1 - float(ratio)) if np.isfinite(ratio) else 0.0
         return fell + float(nicw["carrier_changes"][mine].fillna(0).sum()) + float((nicw["up"][mine] == 0).sum())
 
     return Detection(culprits, sorted({d for _, d in bad.index}), 0.9, evidence,

@@ -15,7 +15,9 @@ from diagnoser.analysis.rules.base import (
     others_median,
 )
 
-# Go-back-N events per second per node; a clean fabric has none for hours.
+# Go-back-N events per second on some node; a clean fabric has none for hours. The bar is
+# the worst node's rate, not the job's mean: a bad cable or optic is one link's loss, and
+# stalls every collective through that node however many healthy nodes share the job.
 LOSS_RATE = 1.0
 RETRANS_RATIO = 0.005  # TCP retransmitted / sent segments; datacentre TCP sits below 0.1%
 # ... or ten times the job's own background: in a collective every lost tail segment can
@@ -48,7 +50,7 @@ def _local(values: pd.Series) -> list[str]:
 def check(w: WindowContext) -> Detection | None:
     nw, g, base = w.node, w.cluster, w.baseline
     loss_nodes = nw["loss_rate"].fillna(0)
-    rdma_loss = float(loss_nodes.sum()) / max(len(nw), 1) >= LOSS_RATE
+    rdma_loss = bool(len(loss_nodes)) and float(loss_nodes.max()) >= LOSS_RATE
     ratio = float(np.nan_to_num(g["retrans_ratio"]))
     node_ratio = nw["retrans_ratio"]
     tcp_local = _local(node_ratio.where(node_ratio >= RETRANS_NODE, 0.0)) if node_ratio.notna().any() else []
@@ -79,7 +81,7 @@ def check(w: WindowContext) -> Detection | None:
 
 def signature(node: pd.DataFrame) -> pd.Series:
     by = node.groupby(level="window")
-    return (by["loss_rate"].mean() >= LOSS_RATE) | by["retrans_ratio"].max().ge(RETRANS_NODE)
+    return by["loss_rate"].max().ge(LOSS_RATE) | by["retrans_ratio"].max().ge(RETRANS_NODE)
 
 
 RULE = BottleneckClass(

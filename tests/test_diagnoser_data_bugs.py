@@ -1,0 +1,151 @@
+"""How the diagnoser reads imperfect data: a NaN sample in a counter, a node catching up
+after a scrape gap, a Prometheus scraped every minute without the TCP collector, marks
+counted twice. Each test builds its data with known rates, so that the expected figures
+are the inputs'."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from diagnoser.analysis.features import compute
+from diagnoser.model.columns import counter_increase
+from diagnoser.sources import Source, read_frame
+from gpunet.trace import write_series
+
+START = 1767225600.0  # 2026-01-01T00:00:00Z, a multiple of every window length
+GPUS = ("0", "1")
+
+
+def small_trace(path: Path, scrape: float, minutes: int, idle: list[float],
+                gap: dict[int, tuple[float, float]] | None = None, tcp: bool = True, gpu: bool = True,
+                nic: bool = True, marks: tuple[float, float] | None = None) -> None:
+    """A trace of len(idle) nodes scraped every `scrape` seconds (with a little jitter): node k's
+    GPUs idle the fraction idle[k] of every second (network_state quiet); `gap`: node -> the
+    (from, to) seconds after START in which it was not scraped. Counters start at START."""
+    rng = random.Random(11)
+    ts_all = [START + scrape * i + rng.uniform(-0.4, 0.4) for i in range(int(minutes * 60 / scrape) + 1)]
+    series: list[tuple[str, dict[str, str], list[float], list[float]]] = []
+    for k, frac in enumerate(idle):
+        base = {"instance": f"node-{k:03d}:9845", "job": "gpunet"}
+        lo, hi = (gap or {}).get(k, (-1.0, -1.0))
+        ts = [t for t in ts_all if not lo <= t - START < hi]
+        series.append(("gpunet_exporter_collector_up", {**base, "collector": "nic"}, ts, [1.0] * len(ts)))
+        if gpu:
+            for g in GPUS:
+                series.append(("gpunet_gpu_busy_seconds_total", {**base, "gpu": g}, ts,
+                               [(1 - frac) * (t - START) for t in ts]))
+                series.append(("gpunet_gpu_idle_seconds_total", {**base, "gpu": g, "network_state": "quiet"}, ts,
+                               [frac * (t - START) for t in ts]))
+        if nic:
+            for name in ("gpunet_nic_transmit_bytes_total", "gpunet_nic_receive_bytes_total"):
+                series.append((name, {**base, "device": "ens1f0np0"}, ts, [1e9 * (t - START) for t in ts]))
+            series.append(("gpunet_nic_up", {**base, "device": "ens1f0np0"}, ts, [1.0] * len(ts)))
+            series.append(("gpunet_nic_link_speed_bytes_per_second", {**base, "device": "ens1f0np0"}, ts,
+                           [50e9] * len(ts)))
+            if marks is not None:  # (ECN-marked packets received, CNPs sent) per second
+                for name, rate in zip(("gpunet_nic_ecn_marked_packets_total", "gpunet_nic_cnp_sent_total"), marks):
+                    series.append((name, {**base, "device": "ens1f0np0"}, ts, [rate * (t - START) for t in ts]))
+        if tcp:
+            series.append(("gpunet_tcp_sent_segments_total", base, ts, [1e5 * (t - START) for t in ts]))
+    write_series(path, series)
+
+
+# --- counters: a NaN sample ----------------------------------------------------------------
+
+def test_a_nan_sample_loses_none_of_the_counters_growth():
+    """A counter growing 100 a scrape, one sample NaN (a failed read): the growth across the
+    NaN sample still counts, once, in the window of the next finite sample."""
+    t = np.arange(10) * 15.0
+    v = 100.0 * np.arange(10)
+    v[3] = np.nan
+    whole = counter_increase(t, v, np.array([0.0, 150.0]))
+    assert whole[0] == pytest.approx(v[-1] - v[0])
+    # the growth from sample 2 to sample 4 lands with sample 4 (t = 60): nothing with sample 3
+    split = counter_increase(t, v, np.array([0.0, 50.0, 150.0]))
+    assert split == pytest.approx([v[2] - v[0], v[-1] - v[2]])
+    # a reset after the NaN sample is still a reset: the counter grew by its new value
+    v2 = v.copy()
+    v2[4:] -= 350.0  # restarted just before sample 4, counting 50 by then
+    assert counter_increase(t, v2, np.array([0.0, 150.0]))[0] == pytest.approx((v[2] - v[0]) + v2[-1])
+
+
+# --- features: a node catching up after a scrape gap ---------------------------------------
+
+def test_cluster_idle_is_not_diluted_by_a_node_catching_up(tmp_path):
+    """Four nodes idling 10, 20, 30 and 40% of the time; the last misses its scrapes for four
+    minutes, so the window after the gap holds its growth over five minutes (its busy + idle
+    is not the window's GPU time: its split is left out). The cluster's idle in that window
+    is the other three nodes' (equal GPU time: their mean), not diluted by the catching-up
+    node's GPU time."""
+    idle = [0.1, 0.2, 0.3, 0.4]
+    trace = tmp_path / "gap.om.gz"
+    small_trace(trace, 15.0, 40, idle, gap={3: (600.0, 840.0)})
+    frame = read_frame(Source(replay=str(trace)))
+    f = compute(frame)
+    node_idle = f.node["idle_frac"].unstack("instance")
+    late = "node-003:9845"
+    catching_up = node_idle.index[node_idle[late].isna() & (f.node["gpu_time"].unstack("instance")[late] >
+                                                            1.5 * len(GPUS) * frame.step)]
+    assert len(catching_up) == 1, node_idle  # the scenario: one window of catch-up after the gap
+    w = catching_up[0]
+    others = [n for n in node_idle.columns if n != late]
+    # the other nodes' own idle holds (the data are clean), so their mean is the cluster's figure
+    assert node_idle.loc[w, others].to_numpy() == pytest.approx(idle[:3], abs=0.01)
+    assert f.cluster.at[w, "idle_frac"] == pytest.approx(np.mean(idle[:3]), abs=0.01)
+    # and every window where all four report is the mean of all four
+    full = node_idle.notna().all(axis=1)
+    assert full.sum() >= 20
+    assert f.cluster.loc[full, "idle_frac"].to_numpy() == pytest.approx(np.mean(idle), abs=0.01)
+
+
+# --- prometheus: the scrape interval without the TCP collector -----------------------------
+
+@pytest.mark.prometheus
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+def test_scrape_interval_from_any_counter_and_a_conservative_guess(tmp_path, served):
+    """Scraped every 60 s, without the TCP collector: the interval is read from the GPU and
+    NIC counters, so every window holds four scrapes (as from the trace file) and its busy
+    time is known. With none of the probed counters, 60 s is assumed, and said."""
+    idle = [0.1, 0.2, 0.3, 0.4]
+    trace = tmp_path / "minute.om.gz"
+    small_trace(trace, 60.0, 120, idle, tcp=False)
+    start, end = f"{START + 60:.0f}", f"{START + 119 * 60:.0f}"
+    from_file = read_frame(Source(replay=str(trace), start=start, end=end))
+    from_server = read_frame(Source(prometheus=served(trace), start=start, end=end))
+    assert from_file.step >= 4 * 60.0  # a window holds at least four scrapes
+    assert from_server.step == from_file.step
+    busy = from_server.node["busy"].unstack("instance").iloc[1:-1]  # edges: the server extrapolates
+    assert len(busy) >= 10 and np.isfinite(busy.to_numpy()).all(), busy
+    assert not any("assumed" in w for w in from_server.warnings)
+
+    # Only gauges: nothing to count scrapes by; the guess is the long interval, and said.
+    bare = tmp_path / "bare.om.gz"
+    small_trace(bare, 60.0, 120, idle, tcp=False, gpu=False, nic=False)
+    said: list[str] = []
+    guessed = read_frame(Source(prometheus=served(bare), start=start, end=end), said.append)
+    assert guessed.step >= 4 * 60.0
+    assert any("assumed 60s" in w for w in guessed.warnings), guessed.warnings
+    assert any(m.startswith("warning:") and "assumed 60s" in m for m in said), said
+
+
+# --- features: ECN marks and the CNPs that answer them ---------------------------------------
+
+def test_the_cnps_that_answer_marks_are_not_counted_as_more_marks(tmp_path):
+    """A receiver counts the ECN-marked packets it got and the CNPs it sent back for them (at
+    most one per flow and interval): the same congestion counted twice. Marks per GB moved
+    are the marks (or the CNPs, where a NIC counts only those), never their sum. Each node
+    moves 2 GB a second (1 GB each way) and gets 300 marks a second."""
+    trace = tmp_path / "marks.om.gz"
+    small_trace(trace, 15.0, 30, [0.2] * 4, marks=(300.0, 240.0))
+    f = compute(read_frame(Source(replay=str(trace))))
+    inner = f.node["ecn_per_gb"].unstack("instance").iloc[1:-1]
+    assert inner.to_numpy() == pytest.approx(300.0 / 2, rel=0.02)
+    only_cnps = tmp_path / "cnps.om.gz"
+    small_trace(only_cnps, 15.0, 30, [0.2] * 4, marks=(0.0, 240.0))
+    f = compute(read_frame(Source(replay=str(only_cnps))))
+    assert f.node["ecn_per_gb"].unstack("instance").iloc[1:-1].to_numpy() == pytest.approx(240.0 / 2, rel=0.02)
