@@ -4,7 +4,8 @@ source, with the settings a monitoring mixin takes:
     python alerts/build.py                       # rewrite alerts/gpunet.rules.yml (the default build)
     python alerts/build.py --check               # exit 1 if the committed file differs
     python alerts/build.py --selector 'job="gpunet-exporter"' --cluster-label region \\
-        --rate-interval 2m --runbook-url-base https://wiki.example.com/gpunet/runbook --out my.rules.yml
+        --rate-interval 2m --short-rate-interval 4m \\
+        --runbook-url-base https://wiki.example.com/gpunet/runbook --out my.rules.yml
 
 Conventions (the monitoring-mixins style guide, as node-mixin and kube-prometheus follow it):
 - severities `critical` (page someone now), `warning` (a ticket, during working hours) and
@@ -46,6 +47,9 @@ class Settings:
     cluster_label: str = "cluster"
     rate_interval: str = "5m"
     runbook_url_base: str = "https://github.com/gpunet/gpunet/blob/main/docs/runbook.md"
+    # The window of the records that must react within minutes (GpunetPfcStorm's): at least
+    # 4 scrape intervals, so that one missed scrape leaves 2 samples in it (4m at a 60 s scrape).
+    short_rate_interval: str = "2m"
 
 
 @dataclass(frozen=True)
@@ -74,10 +78,10 @@ def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
 
     c = s.cluster_label
     nic = f"{c}, job, instance, device"  # what names one NIC everywhere
-    r = s.rate_interval
+    r, short = s.rate_interval, s.short_rate_interval
 
     fabric = "instance_device:gpunet_nic_fabric:bool"
-    tx_pauses = "instance_device:gpunet_nic_pfc_transmit_pause_frames:rate2m"
+    tx_pauses = f"instance_device:gpunet_nic_pfc_transmit_pause_frames:rate{short}"
     rx_pauses = f"instance_device:gpunet_nic_pfc_receive_pause_frames:rate{r}"
     loss = f"instance_device:gpunet_nic_rdma_loss_events:rate{r}"
     credit_wait = f"instance_device:gpunet_nic_transmit_wait_ticks_per_byte:ratio_rate{r}"
@@ -91,6 +95,7 @@ def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
     busy_network = 'network_state=~"saturated|paused"'
     hardware_xid, other_xid = f'xid=~"{xids}"', f'xid!~"{xids}"'
     uncorrected = 'type="uncorrected"'
+    not_power_cap = 'reason!="sw_power_cap"'
     nvlink_data, nvlink_recovery = 'kind=~"crc_flit|crc_data|replay"', 'kind="recovery"'
 
     recording: list[Record | Alert] = [
@@ -99,25 +104,31 @@ def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
                "1 for the NICs of the training fabric, 0 for the others. Exporters that export\n"
                "gpunet_nic_fabric decide it (RDMA NICs by default, or --fabric-devices); for older\n"
                "exporters and traces without it, a NIC with an RDMA device is fabric."),
-        # A storm is detected on a short window on purpose: it freezes the fabric within seconds.
+        # A storm is detected on a short window on purpose (--short-rate-interval): it freezes the
+        # fabric within seconds.
         Record(tx_pauses, f"sum without (direction, priority) "
-                          f"(rate({m('gpunet_nic_pfc_pause_frames_total', transmit)}[2m]))"),
+                          f"(rate({m('gpunet_nic_pfc_pause_frames_total', transmit)}[{short}]))"),
         Record(rx_pauses, f"sum without (direction, priority) "
                           f"(rate({m('gpunet_nic_pfc_pause_frames_total', receive)}[{r}]))"),
         Record(loss, f"sum without (kind) (rate({m('gpunet_nic_rdma_loss_events_total')}[{r}]))"),
-        Record(credit_wait, f"rate({m('gpunet_nic_transmit_wait_ticks_total')}[{r}])\n/ on ({nic}) (\n"
+        Record(credit_wait, f"rate({m('gpunet_nic_transmit_wait_ticks_total')}[{r}])\n/ (\n"
                             f"  rate({m('gpunet_nic_transmit_bytes_total')}[{r}])\n"
-                            f"  + rate({m('gpunet_nic_receive_bytes_total')}[{r}])\n)",
+                            f"  + rate({m('gpunet_nic_receive_bytes_total')}[{r}])\n  > 0\n)",
                "InfiniBand: ticks a port waited for credit per byte it moved (port_xmit_wait's tick is the\n"
-               "HCA's own, so the ratio is compared with the same port's history, never with a constant)."),
+               "HCA's own, so the ratio is compared with the same port's history, never with a constant).\n"
+               "No sample while the port moves nothing (0/0 would poison the alert's 1-day quantile).\n"
+               "Matched on all labels, not on (...): the three counters come from one scrape, and\n"
+               "target labels (a Kubernetes pod) differ between the old and new exporter for 5 minutes\n"
+               "after a restart, which an on (...) one-to-one match refuses."),
         Record(retransmits, f"rate({m('gpunet_tcp_retransmitted_segments_total')}[{r}]) / "
                             f"rate({m('gpunet_tcp_sent_segments_total')}[{r}])\n"
                             f"and rate({m('gpunet_tcp_sent_segments_total')}[{r}]) > 100"),
-        Record(median_speed, f"quantile without (instance, device) (0.5,\n"
+        Record(median_speed, f"quantile by ({c}, job) (0.5,\n"
                              f"  {m('gpunet_nic_link_speed_bytes_per_second')}\n"
                              f"  and on ({nic}) ({fabric} == 1)\n"
                              f"  and on ({nic}) ({m('gpunet_nic_up')} == 1))",
-               "Median negotiated speed of the job's fabric links that are up."),
+               f"Median negotiated speed of the job's fabric links that are up: by ({c}, job), since\n"
+               "per-node target labels (Kubernetes' pod, node) would make it a median per node."),
         Record(idle_network, f"avg without (gpu) (\n  sum without (network_state) (rate("
                              f"{m('gpunet_gpu_idle_seconds_total', busy_network)}"
                              f"[10m])))",
@@ -168,7 +179,7 @@ def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
               "{{ $labels.instance }} NIC {{ $labels.device }} changed carrier {{ $value | humanize }} times in "
               "10 minutes.", "1m"),
         Alert("GpunetLinkSpeedBelowPeers",
-              f"(\n  {m('gpunet_nic_link_speed_bytes_per_second')}\n  < ignoring (instance, device) group_left ()\n"
+              f"(\n  {m('gpunet_nic_link_speed_bytes_per_second')}\n  < on ({c}, job) group_left ()\n"
               f"  (0.9 * {median_speed})\n)\nand on ({nic}) ({fabric} == 1)\nand on ({nic}) ({m('gpunet_nic_up')} == 1)",
               "warning", "A fabric link negotiated less than its peers.",
               "{{ $labels.instance }} fabric NIC {{ $labels.device }} negotiated {{ $value | humanize }}B/s, below "
@@ -181,24 +192,38 @@ def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
               "uncorrectable FEC blocks in 10 minutes, for 5 minutes: a cable, optic or connector is failing; "
               "it loses frames now and flaps soon.", "5m"),
     ]
+
+    def new_xids(matchers: str) -> str:
+        """XIDs counted in the last 10 minutes, including a {gpu, xid} series born in them (the
+        exporter makes one at the first XID, already at 1: increase() never sees it). Born: no
+        sample in the hour before those 10 minutes, so that a Prometheus restart or a scrape
+        gap does not make old XIDs page again."""
+        x = m("gpunet_gpu_xid_errors_total", matchers)
+        return f"({x} > 0 unless last_over_time({x}[1h] offset 10m))\nor\n(increase({x}[10m]) > 0)"
+
     gpu = [
         Alert("GpunetGpusIdleNetworkBound", f"{idle_network} > 0.15", "warning",
               "GPUs wait on a saturated or paused network.",
               "The GPUs of {{ $labels.instance }} spent {{ $value | humanizePercentage }} of the last 10 minutes idle "
               "while the node's fabric was saturated or paused.", "10m"),
-        Alert("GpunetGpuThrottled", f"{throttled} > 0.25", "warning", "A GPU is clock-throttled.",
-              "GPU {{ $labels.gpu }} of {{ $labels.instance }} was throttled (power, thermal or hardware slowdown) "
-              "{{ $value | humanizePercentage }} of the last " + r + "; in a synchronous job every other GPU waits "
-              "for it.", "5m"),
-        Alert("GpunetGpuXidErrors", f"increase({m('gpunet_gpu_xid_errors_total', hardware_xid)}"
-                                    "[10m]) > 0",
+        Alert("GpunetGpuThrottled",
+              f"max without (reason) (rate({m('gpunet_gpu_throttled_seconds_total', not_power_cap)}[{r}])) > 0.25",
+              "warning", "A GPU is clock-throttled.",
+              "GPU {{ $labels.gpu }} of {{ $labels.instance }} was throttled (thermal, hardware slowdown or power "
+              "brake) {{ $value | humanizePercentage }} of the last " + r + "; in a synchronous job every other GPU "
+              "waits for it.", "5m",
+              "Not the software power cap: H100/H200 under a large training job sit at their power limit\n"
+              "much of the time, by design. The record above still keeps every reason."),
+        Alert("GpunetGpuXidErrors", new_xids(hardware_xid),
               "critical", "A GPU reported a hardware or driver XID error.",
               "GPU {{ $labels.gpu }} of {{ $labels.instance }} reported {{ $value | humanize }} XID {{ $labels.xid }} "
               "errors in the last 10 minutes (memory ECC, row remapping, NVLink, fallen off the bus, GSP): drain "
               "the node.", comment=f"Hardware and driver XIDs only ({', '.join(map(str, XID_HARDWARE))}); the "
-                                   "rest are GpunetGpuXidOther."),
-        Alert("GpunetGpuXidOther", f"increase({m('gpunet_gpu_xid_errors_total', other_xid)}"
-                                   "[10m]) > 0",
+                                   "rest are GpunetGpuXidOther.\n"
+                                   "The exporter creates a {gpu, xid} series at its first event, already at 1, which\n"
+                                   "increase() never sees: the first operand catches a series new in the last 10 minutes\n"
+                                   "(its $value, the count since it appeared), increase() the older ones."),
+        Alert("GpunetGpuXidOther", new_xids(other_xid),
               "info", "A GPU reported an XID error, mostly the application's own.",
               "GPU {{ $labels.gpu }} of {{ $labels.instance }} reported {{ $value | humanize }} XID {{ $labels.xid }} "
               "errors in the last 10 minutes: usually the application (a page fault, an engine exception); look "
@@ -313,11 +338,15 @@ def main(argv: list[str]) -> int:
                    help=f"the label that tells clusters apart ({defaults.cluster_label})")
     p.add_argument("--rate-interval", default=defaults.rate_interval,
                    help=f"window of rates and averages ({defaults.rate_interval}; at least 4 scrape intervals)")
+    p.add_argument("--short-rate-interval", default=defaults.short_rate_interval,
+                   help=f"window of the rates that must react within minutes, GpunetPfcStorm's "
+                        f"({defaults.short_rate_interval}; at least 4 scrape intervals, e.g. 4m at a 60 s scrape)")
     p.add_argument("--runbook-url-base", default=defaults.runbook_url_base, help="absolute URL of docs/runbook.md")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--check", action="store_true", help="exit 1 if --out differs from this build")
     args = p.parse_args(argv)
-    text = render(Settings(args.selector, args.cluster_label, args.rate_interval, args.runbook_url_base))
+    text = render(Settings(args.selector, args.cluster_label, args.rate_interval, args.runbook_url_base,
+                           args.short_rate_interval))
     if args.check:
         if not args.out.exists() or args.out.read_text(encoding="utf-8") != text:
             print(f"stale (run python alerts/build.py): {args.out}", file=sys.stderr)

@@ -384,13 +384,15 @@ def cluster() -> dict:
         columns_table("Workloads: GPUs and where their time went (time range)", [
             ("GPUs", f"count by (workload) (gpunet_gpu_workload_info{{{GPU}}})"),
             ("nodes", f"count by (workload) (count by (workload, instance) (gpunet_gpu_workload_info{{{GPU}}}))"),
-            ("GPU idle", f"sum by (workload) (gpunet_gpu_workload_info{{{GPU}}} * on (job, instance, gpu) "
-                         f"group_left () sum without (network_state) "
+            # The idle time is summed by GPU before the join: target labels that change at an exporter
+            # restart (a Kubernetes pod) would otherwise give two series per GPU for the lookback.
+            ("GPU idle", f"sum by (workload) (gpunet_gpu_workload_info{{{GPU}}} * on (cluster, job, instance, gpu) "
+                         f"group_left () sum by (cluster, job, instance, gpu) "
                          f"(rate(gpunet_gpu_idle_seconds_total{{{GPU}}}[$__range])))"
                          f" / count by (workload) (gpunet_gpu_workload_info{{{GPU}}})"),
             ("idle, network saturated or paused",
-             f"sum by (workload) (gpunet_gpu_workload_info{{{GPU}}} * on (job, instance, gpu) group_left () "
-             f"sum without (network_state) (rate(gpunet_gpu_idle_seconds_total{{{GPU}, "
+             f"sum by (workload) (gpunet_gpu_workload_info{{{GPU}}} * on (cluster, job, instance, gpu) "
+             f"group_left () sum by (cluster, job, instance, gpu) (rate(gpunet_gpu_idle_seconds_total{{{GPU}, "
              f'network_state=~"saturated|paused"}}[$__range])))'
              f" / count by (workload) (gpunet_gpu_workload_info{{{GPU}}})")],
             "Each workload (gpunet_gpu_workload_info: Kubernetes job, Slurm job, or process) with its GPUs and "
