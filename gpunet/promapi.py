@@ -60,6 +60,17 @@ class PromLimitError(PromError):
         self.per_series = bool(_PER_SERIES.search(self.limit))
 
 
+def _not_the_api(status: int, content_type: str, raw: bytes) -> str:
+    """What to say of an answer that is no Prometheus API response, in one line: a web page
+    (a wrong URL, a proxy's login) by its title, anything else by its start."""
+    text = raw.decode("utf-8", "replace")
+    if "html" in content_type or text.lstrip()[:1] == "<":
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+        page = f"an HTML page{' titled ' + repr(' '.join(title.group(1).split())[:80]) if title else ''}"
+        return f"HTTP {status}, {page}, not a Prometheus API answer (a wrong URL, or a proxy asking to log in?)"
+    return f"HTTP {status}" + (f": {' '.join(text.split())[:200]}" if text.strip() else "")
+
+
 def redact(url: str) -> str:
     """The URL without user:password@."""
     parts = urlsplit(url)
@@ -163,8 +174,7 @@ class PrometheusClient:
                         raise PromError(f"{self.url}{path}: an answer that is no API response (a JSON "
                                         f"{type(body).__name__})")
                     if resp.status >= 400 or body.get("status") != "success":
-                        cause = str(body.get("error") or raw.decode("utf-8", "replace").strip()[:200] or
-                                    f"HTTP {resp.status}")
+                        cause = str(body.get("error") or _not_the_api(resp.status, resp.content_type, raw))
                         raise (PromLimitError if _LIMIT.search(cause) else PromError)(f"{self.url}{path}: {cause}")
                     return body["data"]
             except TimeoutError:

@@ -23,7 +23,8 @@ GPUS = ("0", "1")
 
 def small_trace(path: Path, scrape: float, minutes: int, idle: list[float],
                 gap: dict[int, tuple[float, float]] | None = None, tcp: bool = True, gpu: bool = True,
-                nic: bool = True, marks: tuple[float, float] | None = None) -> None:
+                nic: bool = True, marks: tuple[float, float] | None = None,
+                names: list[str] | None = None) -> None:
     """A trace of len(idle) nodes scraped every `scrape` seconds (with a little jitter): node k's
     GPUs idle the fraction idle[k] of every second (network_state quiet); `gap`: node -> the
     (from, to) seconds after START in which it was not scraped. Counters start at START."""
@@ -31,7 +32,7 @@ def small_trace(path: Path, scrape: float, minutes: int, idle: list[float],
     ts_all = [START + scrape * i + rng.uniform(-0.4, 0.4) for i in range(int(minutes * 60 / scrape) + 1)]
     series: list[tuple[str, dict[str, str], list[float], list[float]]] = []
     for k, frac in enumerate(idle):
-        base = {"instance": f"node-{k:03d}:9845", "job": "gpunet"}
+        base = {"instance": names[k] if names else f"node-{k:03d}:9845", "job": "gpunet"}
         lo, hi = (gap or {}).get(k, (-1.0, -1.0))
         ts = [t for t in ts_all if not lo <= t - START < hi]
         series.append(("gpunet_exporter_collector_up", {**base, "collector": "nic"}, ts, [1.0] * len(ts)))
@@ -149,3 +150,69 @@ def test_the_cnps_that_answer_marks_are_not_counted_as_more_marks(tmp_path):
     small_trace(only_cnps, 15.0, 30, [0.2] * 4, marks=(0.0, 240.0))
     f = compute(read_frame(Source(replay=str(only_cnps))))
     assert f.node["ecn_per_gb"].unstack("instance").iloc[1:-1].to_numpy() == pytest.approx(240.0 / 2, rel=0.02)
+
+
+# --- counters: one bad sample ------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [1e9, 5.0])
+def test_one_bad_sample_of_a_counter_is_no_burst_and_no_reset(bad):
+    """A counter growing 100 a scrape, one sample corrupted far above (or below) its
+    neighbours: its growth is the counter's, not a burst of a billion and a reset counting
+    everything again."""
+    t = np.arange(12) * 15.0
+    v = 1000.0 + 100.0 * np.arange(12)
+    v[5] = bad
+    assert counter_increase(t, v, np.array([0.0, 180.0]))[0] == pytest.approx(1100.0)
+
+
+def test_a_real_reset_is_still_a_reset():
+    """Restarted (an exporter restart): the counter starts again near zero and grows from
+    there; that growth counts."""
+    t = np.arange(8) * 15.0
+    v = np.array([1000.0, 1100.0, 1200.0, 30.0, 130.0, 230.0, 330.0, 430.0])
+    assert counter_increase(t, v, np.array([0.0, 120.0]))[0] == pytest.approx(200.0 + 30.0 + 400.0)
+
+
+# --- PromQL for nodes with any name ------------------------------------------------------------
+
+@pytest.mark.prometheus
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+def test_confirm_queries_match_nodes_whatever_their_names(tmp_path, served):
+    """The query a finding prints for on-call to paste names its nodes in a regex inside a
+    PromQL string: a quote, a space, a dot or a backslash in a name must neither end the
+    string nor reach RE2 as an escape it refuses. Asked of a real Prometheus."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    from diagnoser.analysis.rules import rule
+    from diagnoser.analysis.rules.base import confirm_query
+
+    names = ['node 0 "x"\\ ✓:9845', "dgx001.cluster:9845", "node-(2)+[a]:9845"]
+    trace = tmp_path / "names.om.gz"
+    small_trace(trace, 15.0, 20, [0.2] * len(names), names=names)
+    url = served(trace)
+    for name in names:
+        query = confirm_query(rule("link_degraded"), [name])
+        at = f"{START + 600:.0f}"
+        with urllib.request.urlopen(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": query, "time": at})) as r:
+            answer = json.load(r)
+        assert answer["status"] == "success", (query, answer)
+        assert {s["metric"]["instance"] for s in answer["data"]["result"]} == {name}, query
+
+
+def test_a_bad_counter_sample_in_a_trace_is_left_out_and_said(tmp_path):
+    """One transmitted-pauses sample of one NIC read a billion too high: no storm of millions of
+    pauses a second in the frame, and a note names the series and the time."""
+    trace = tmp_path / "spike.om.gz"
+    ts = [START + 15.0 * i for i in range(121)]
+    pauses = [10.0 * i for i in range(121)]
+    pauses[60] += 1e9
+    base = {"instance": "node-000:9845", "job": "gpunet", "device": "ens1f0np0"}
+    write_series(trace, [("gpunet_nic_pfc_pause_frames_total", {**base, "direction": "transmit", "priority": "3"},
+                          ts, pauses),
+                         ("gpunet_nic_transmit_bytes_total", base, ts, [1e9 * 15 * i for i in range(121)])])
+    frame = read_frame(Source(replay=str(trace)))
+    assert np.nansum(frame.node["pfc_tx"].to_numpy()) <= 10.0 * 120
+    note = next(w for w in frame.warnings if "gpunet_nic_pfc_pause_frames_total" in w)
+    assert 'instance="node-000:9845"' in note and "00:15:00Z" in note, note

@@ -84,7 +84,18 @@ async def hostile():
     async def success_but_odd(request: web.Request) -> web.Response:
         return web.json_response({"status": "success", "data": {"resultType": "matrix", "result": "oops"}})
 
+    async def login_page(request: web.Request) -> web.Response:
+        return web.Response(status=200, content_type="text/html",
+                            text="<!DOCTYPE html>\n<html>\n<head><title>Sign in\n - SSO</title></head>\n"
+                                 "<body><form>Login required</form></body>\n</html>\n")
+
+    async def not_found_page(request: web.Request) -> web.Response:
+        return web.Response(status=404, content_type="text/html",
+                            text="<html>\n<body>\n<p>Error code: 404</p>\n</body>\n</html>\n")
+
     app = web.Application()
+    app.router.add_post("/login/api/v1/query", login_page)
+    app.router.add_post("/missing/api/v1/query", not_found_page)
     app.router.add_post("/endless/api/v1/query", endless)
     app.router.add_post("/list/api/v1/query", wrong_shape)
     app.router.add_route("*", "/odd/{tail:.*}", success_but_odd)
@@ -109,6 +120,18 @@ async def test_json_that_is_no_api_answer_is_one_line(hostile):
         with pytest.raises(PromError) as err:
             await client.query("up", 1767225600)
     assert "no API response" in str(err.value)
+
+
+@pytest.mark.parametrize(("where", "said"), [("/login", "HTTP 200, an HTML page titled 'Sign in - SSO'"),
+                                              ("/missing", "HTTP 404, an HTML page,")])
+async def test_a_web_page_instead_of_the_api_is_said_in_one_line(hostile, where, said):
+    """A wrong URL or a proxy's login page answers HTML: said so in one line, with the status,
+    not the page dumped on several."""
+    async with PrometheusClient(hostile + where, Auth()) as client:
+        with pytest.raises(PromError) as err:
+            await client.query("up", 1767225600)
+    message = str(err.value)
+    assert said in message and "not a Prometheus API answer" in message and "\n" not in message, message
 
 
 async def test_diagnose_against_an_engine_of_another_shape_is_one_line(hostile):

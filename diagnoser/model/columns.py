@@ -118,9 +118,11 @@ def counter_increase(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndar
     return binned(*counter_deltas(t, v), edges)
 
 
-def counter_deltas(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(time of each later sample, the counter's growth since the sample before), resets and
-    NaN/Inf handled (see counter_increase)."""
+def counter_deltas(t: np.ndarray, v: np.ndarray, glitches: list[float] | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(time of each later sample, the counter's growth since the sample before), resets,
+    NaN/Inf and bad samples (`isolated_glitches`, whose times go to `glitches`) handled (see
+    counter_increase)."""
     # A NaN/Inf sample carries no information, but the counter kept counting through it:
     # drop the sample, so that the growth across it lands on the next finite one (zeroing
     # the deltas on either side would lose two scrape intervals' growth).
@@ -131,9 +133,32 @@ def counter_deltas(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray
         return t[:0], v[:0]
     delta = np.diff(v)
     reset = delta < 0
-    if reset.any():
+    if reset.any():  # a decrease: a reset, or a bad sample (which always makes one)
+        glitch = isolated_glitches(v)
+        if glitch.any():
+            if glitches is not None:
+                glitches.extend(t[glitch].tolist())
+            t, v = t[~glitch], v[~glitch]
+            delta = np.diff(v)
+            reset = delta < 0
         delta[reset] = v[1:][reset]
     return t[1:], delta
+
+
+def isolated_glitches(v: np.ndarray) -> np.ndarray:
+    """Samples of a counter that lie outside the range of their two neighbours while the
+    neighbours themselves are in order: a counter only grows, so one such sample is a bad
+    reading (a corrupted or half-written value), not growth. Taken as it is, a sample far
+    above would count as a burst and then a reset counting the whole counter again (a PFC
+    storm of millions of pauses a second from one bad sample); one below, as a reset counting
+    the whole counter. A real reset restarts near zero, below the sample before it, so the
+    sample after it is too: it is no glitch. (A counter reset and grown past its old value
+    within one scrape would lose that old value: only small counters can, by little.)"""
+    glitch = np.zeros(len(v), dtype=bool)
+    if len(v) >= 3:
+        before, here, after = v[:-2], v[1:-1], v[2:]
+        glitch[1:-1] = (after >= before) & ((here > after) | (here < before))
+    return glitch
 
 
 def binned(t: np.ndarray, amounts: np.ndarray, edges: np.ndarray) -> np.ndarray:

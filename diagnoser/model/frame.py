@@ -36,6 +36,7 @@ from diagnoser.model.columns import (
 from diagnoser.model.netconfig import METRICS as CONFIG_METRICS
 from diagnoser.model.netconfig import ConfigCollector, ConfigSnapshot, empty_snapshot
 from gpunet import contract as c
+from gpunet.window import rfc3339
 
 # Everything the diagnoser reads: the runtime columns and the configuration facts (the audit).
 WANTED = RUNTIME_METRICS | CONFIG_METRICS
@@ -148,6 +149,7 @@ class FrameBuilder:
         self.sm_clock: dict[str, list[np.ndarray]] = {}
         self.throttled: dict[tuple[str, str], np.ndarray] = {}
         self.warnings: list[str] = []
+        self._glitches: dict[str, list[tuple[dict[str, str], float, int]]] = {}  # metric -> bad samples left out
         self.config = ConfigCollector(start, end)
         self.node_fine: dict[str, dict[str, np.ndarray]] = {}
         self.workloads: list[tuple] = []
@@ -176,8 +178,15 @@ class FrameBuilder:
             target = column.name_for(labels)
             if target is None:
                 return
+            if not np.any((t >= e[0]) & (t < e[-1])):
+                # No sample in the windows judged (the series stopped before them, or starts after):
+                # absent from them, not zero in them (a counter's increase over no samples is 0).
+                return
             if column.how == INCREASE:  # its deltas serve the fine and whole-range grids below too
-                later, grown = counter_deltas(t, v)
+                glitches: list[float] = []
+                later, grown = counter_deltas(t, v, glitches)
+                if glitches:
+                    self._glitches.setdefault(name, []).append((labels, glitches[0], len(glitches)))
                 values = binned(later, grown, e)
             else:
                 values = reduce(column, t, v, e)
@@ -279,6 +288,12 @@ class FrameBuilder:
         fine_cols = {**self.fine.get("busy", {}), **self.fine.get("idle", {})}
         fine = pd.DataFrame(fine_cols, index=pd.Index(self.fine_edges[:-1], name="window")) if fine_cols \
             else pd.DataFrame()
+        for name, bad in sorted(self._glitches.items()):  # one line per metric, its first series as the example
+            labels, at, _ = bad[0]
+            series = name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+            self.warnings.append(f"{sum(n for *_, n in bad)} sample(s) of {name} in {len(bad)} series lay outside "
+                                 f"their neighbours' range (a counter only grows: a bad reading) and were left out, "
+                                 f"e.g. {series} at {rfc3339(at)}")
         frame = assemble(self.source, self.start, self.end, self.step, self.scrape_interval, windows, node_cols,
                          nic_rows, bool(self.gpu_seen), fine, speed_median, self.warnings, self.gpu)
         frame.workloads = pd.DataFrame(self.workloads, columns=WORKLOAD_COLUMNS)

@@ -33,6 +33,7 @@ from diagnoser.model.frame import FINE, Frame, assemble, choose_step, fine_table
 from diagnoser.sources.promconfig import config_from_prometheus
 from gpunet import contract as c
 from gpunet.promapi import PRESENCE_METRIC, PromError, PrometheusClient, PromLimitError, where_data_is
+from gpunet.promql import regex_literal
 from gpunet.window import rfc3339
 
 NODE_GROUP = 200  # instances per query: keeps each answer a few MB on a 1000-node cluster
@@ -77,12 +78,6 @@ def _matrix(body: bytes) -> object:
     if len(result) != body.count(b'{"metric":'):
         return json.loads(body)
     return {"status": "success", "data": {"resultType": "matrix", "result": result}}
-
-
-def _regex_escape(value: str) -> str:
-    """A literal inside a PromQL regex inside a PromQL string: the regex escape's backslash
-    is itself escaped for the string (`dgx001\\.cluster`)."""
-    return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\\\1", value)
 
 
 def _increase(metric: str, selector: str = "$M") -> str:
@@ -157,7 +152,7 @@ class _Queries:
         query) or at the end (None: an instant one); where the server refuses it over a
         limit, its halves: by nodes while a group has two and the limit is not on points per
         series, else by time."""
-        matcher = "" if group is None else 'instance=~"' + "|".join(_regex_escape(i) for i in group) + '"'
+        matcher = "" if group is None else 'instance=~"' + "|".join(regex_literal(i) for i in group) + '"'
         expr = _GUARD.sub(r"\1" if self.guard else "", template).replace("$M", matcher).replace("$S", f"{int(round(step))}s")
         try:
             if windows is None:
@@ -209,7 +204,7 @@ async def _fabric_selector(q: _Queries) -> tuple[str, str]:
     devices = sorted({r["metric"].get("device", "") for r in moved} - {""})
     if not devices:
         return "", "all NICs (no RDMA device, no gpunet_nic_fabric)"
-    pattern = "|".join(_regex_escape(d) for d in devices)
+    pattern = "|".join(regex_literal(d) for d in devices)
     return (f'count by (instance, device) (last_over_time({c.NIC_TRANSMIT_BYTES.name}{{device=~"{pattern}",$M}}[$S]))',
             f"the busiest NIC of each node ({', '.join(devices[:4])})")
 
@@ -294,7 +289,7 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         if not fabric:
             return inner if keep else f"({inner}) unless on() vector(1)"
         if devices:  # a label matcher: a third of the server's work of a join, per window, on every query
-            pattern = "|".join(_regex_escape(d) for d in devices)
+            pattern = "|".join(regex_literal(d) for d in devices)
             return inner.replace("{$M}", f'{{device{"=~" if keep else "!~"}"{pattern}",$M}}')
         return f"({inner}) * on (instance, device) group_left () ({fabric})" if keep else \
             f"({inner}) unless on (instance, device) ({fabric})"

@@ -693,10 +693,13 @@ def read(path: str | Path, warn: Callable[[str], None] | None = None,
 
 def frame_of(trace: Trace, since: float | None = None, start: float | None = None,
              end: float | None = None) -> Frame:
-    """The tidy frame of a window of the trace; it ends at the trace's last sample unless given."""
+    """The tidy frame of a window of the trace; it ends at the trace's last sample unless given.
+    The window is cut to the span the trace covers: what lies outside it holds no data to judge
+    (a window wholly outside it is an error that names the span)."""
     end_t = end if end is not None else trace.last
     start_t = start if start is not None else (end_t - since if since is not None else trace.first)
     start_t = max(start_t, trace.first)
+    asked_end, end_t = end_t, min(end_t, trace.last)
     if end_t <= start_t:
         raise TraceError(f"{trace.path}: the window holds no samples: the trace covers {rfc3339(trace.first)} .. "
                          f"{rfc3339(trace.last)}")
@@ -712,6 +715,9 @@ def frame_of(trace: Trace, since: float | None = None, start: float | None = Non
         hi = np.searchsorted(s.timestamps, end_t, side="right")
         builder.add(s.name, s.labels, s.timestamps[lo:hi], s.values[lo:hi])
     builder.warnings.extend(trace.warnings)
+    if asked_end > end_t:
+        builder.warnings.append(f"the window asked for ends at {rfc3339(asked_end)}, after the trace's last sample: "
+                                f"cut to {rfc3339(start_t)} .. {rfc3339(end_t)}, the part the trace covers")
     return builder.build()
 
 

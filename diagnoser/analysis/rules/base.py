@@ -8,7 +8,6 @@ the project knows about the class. Report, incidents, HTML and NCCL read that re
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from diagnoser.model.findings import Incident
+from gpunet.promql import regex_literal
 
 # GPU idle above the job's own baseline (its quieter windows) that is worth a finding:
 # the subtle faults on-call must catch add 5 to 8 points of idle.
@@ -149,7 +149,7 @@ class BottleneckClass:
 
 def confirm_query(record: BottleneckClass, nodes: list[str]) -> str:
     """The record's confirming PromQL for these nodes (every node where it names none)."""
-    pattern = "|".join(re.escape(n).replace("\\", "\\\\") for n in nodes) or ".+"
+    pattern = "|".join(regex_literal(n) for n in nodes) or ".+"
     return record.confirm.replace("$NODES", pattern)
 
 
