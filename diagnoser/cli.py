@@ -18,7 +18,7 @@ from diagnoser.render import FORMATS, render
 from diagnoser.render.html_report import render_html
 from diagnoser.sources import Connection, Source, SourceError
 from gpunet.promapi import add_connection_arguments
-from gpunet.window import parse_duration, parse_time
+from gpunet.window import BOTH_SINCE_AND_START, parse_duration, parse_time
 
 EXIT_STATUS = ("exit status: 0 a report was printed; 1 the source could not be read (one line on stderr says what "
                "and where); 2 a bad flag or value, or an unknown --job; with --fail-on-findings, 3 when the verdict "
@@ -92,6 +92,8 @@ def usage_problem(args: argparse.Namespace) -> str | None:
                 parse(value)
         except ValueError as e:
             return f"{flag}: {e}"
+    if args.since and args.start:
+        return f"--since: {BOTH_SINCE_AND_START}"
     if args.grafana_url and not re.fullmatch(r"https?://[^\s/?#]+[^\s?#]*", args.grafana_url):
         return f"--grafana-url {args.grafana_url}: expected http(s)://host[/path]"
     if args.html:

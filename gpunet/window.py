@@ -48,8 +48,13 @@ def parse_time(text: str) -> float:
     return dt.timestamp()
 
 
+BOTH_SINCE_AND_START = "give --since DURATION or --start TIME, not both (--since counts back from --end)"
+
+
 def resolve(since: str | None, start: str | None, end: str | None, now: float | None = None) -> tuple[float, float]:
     """(start, end) from --since or --start/--end; --end defaults to now."""
+    if since and start:  # one of them would be ignored, and the window not the one asked for
+        raise ValueError(BOTH_SINCE_AND_START)
     end_t = parse_time(end) if end else (time.time() if now is None else now)
     if start:
         start_t = parse_time(start)

@@ -337,6 +337,14 @@ def test_a_time_or_duration_that_cannot_be_is_a_usage_error(flag, value):
     assert line.startswith(f"diagnose: {flag}:"), line
 
 
+def test_since_and_start_together_are_a_usage_error():
+    """One of them would be ignored: the window would not be the one asked for."""
+    result = diagnose("--replay", str(BASE), "--start", "2026-01-01T00:05:00Z", "--since", "5m")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("diagnose: --since:") and "not both" in line, line
+
+
 def test_html_into_a_folder_that_does_not_exist_fails_before_the_analysis(tmp_path):
     page = tmp_path / "no" / "such" / "report.html"
     result = diagnose("--replay", str(BASE), "--html", str(page))
