@@ -88,7 +88,10 @@ class LinkLoad:
                 self.bursts += 1
             self.network_state = state
         self.tick_seconds = dt
+        new_inventory = nics is not self._nics  # once a slow tick: the NICs cannot change in between
         self._last, self._last_pauses, self._last_time, self._nics = bytes_now, pauses_now, now, nics
+        if not new_inventory:
+            return
         # A NIC that left takes its series out of the scrape, but its sums are kept a while: one
         # that comes back (a driver reload, a firmware reset) goes on from them, as a counter
         # must, rather than from zero.

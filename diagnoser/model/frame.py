@@ -178,7 +178,8 @@ class FrameBuilder:
             target = column.name_for(labels)
             if target is None:
                 return
-            if not np.any((t >= e[0]) & (t < e[-1])):
+            first = int(np.searchsorted(t, e[0]))  # the sources give samples in time order
+            if first == len(t) or t[first] >= e[-1]:
                 # No sample in the windows judged (the series stopped before them, or starts after):
                 # absent from them, not zero in them (a counter's increase over no samples is 0).
                 return

@@ -42,6 +42,7 @@ class WireCollector:
         self.netdev = NetdevReader(root)
         self.driver_stats = DriverStatsReader(root)
         self._source: dict[str, str] = {}  # device -> "ib_ext" | "ib" | "driver" | "netdev"
+        self._pruned_for: dict[str, Nic] | None = None  # the inventory the caches were last pruned to
         # device -> pause frames received, summed over priorities, as read by the latest
         # collect (a new dict each time: link_load keeps the last one). Raw, not made
         # monotonic: link_load asks only whether it grew since the last tick.
@@ -77,10 +78,12 @@ class WireCollector:
         return "netdev"
 
     def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
-        for gone in self._source.keys() - ctx.nics.keys():
-            del self._source[gone]
-        # NICs that left the inventory are never read again: drop what the reader keeps for them.
-        self.driver_stats.forget_except({nic.netdev for nic in ctx.nics.values() if nic.netdev})
+        if ctx.nics is not self._pruned_for:  # a new inventory (once a slow tick), not every fast tick
+            self._pruned_for = ctx.nics
+            for gone in self._source.keys() - ctx.nics.keys():
+                del self._source[gone]
+            # NICs that left the inventory are never read again: drop what the reader keeps for them.
+            self.driver_stats.forget_except({nic.netdev for nic in ctx.nics.values() if nic.netdev})
         samples: list[Sample] = []
         via_netdev: list[Nic] = []
         self.received_pauses = received_pauses = {}
