@@ -216,3 +216,45 @@ def test_a_bad_counter_sample_in_a_trace_is_left_out_and_said(tmp_path):
     assert np.nansum(frame.node["pfc_tx"].to_numpy()) <= 10.0 * 120
     note = next(w for w in frame.warnings if "gpunet_nic_pfc_pause_frames_total" in w)
     assert 'instance="node-000:9845"' in note and "00:15:00Z" in note, note
+
+
+# --- features: pauses received on nodes with one rail or eight -----------------------------
+
+def test_pauses_received_are_a_rate_per_fabric_nic(tmp_path):
+    """Two nodes with one fabric NIC and two with eight, every NIC receiving 2 pause frames a
+    second: the job's rate per NIC is 2 (not 2 on some nodes and 16 on others), and every
+    node counts as receiving pauses. A NIC off the fabric (a storage port) does not count."""
+    rng = random.Random(5)
+    ts = [START + 15.0 * i + rng.uniform(-0.4, 0.4) for i in range(4 * 30 + 1)]
+    series: list[tuple[str, dict[str, str], list[float], list[float]]] = []
+    for k, rails in enumerate((1, 1, 8, 8)):
+        base = {"instance": f"node-{k:03d}:9845", "job": "gpunet"}
+        for g in GPUS:
+            series.append(("gpunet_gpu_busy_seconds_total", {**base, "gpu": g}, ts, [0.8 * (t - START) for t in ts]))
+            series.append(("gpunet_gpu_idle_seconds_total", {**base, "gpu": g, "network_state": "quiet"}, ts,
+                           [0.2 * (t - START) for t in ts]))
+        for r in range(rails + 1):  # the last one is a storage NIC, off the fabric
+            nic = {**base, "device": f"rail{r}"}
+            fabric = r < rails
+            series.append(("gpunet_nic_fabric", nic, ts, [float(fabric)] * len(ts)))
+            series.append(("gpunet_nic_link_speed_bytes_per_second", nic, ts, [50e9] * len(ts)))
+            series.append(("gpunet_nic_up", nic, ts, [1.0] * len(ts)))
+            for name in ("gpunet_nic_transmit_bytes_total", "gpunet_nic_receive_bytes_total"):
+                series.append((name, nic, ts, [1e9 * (t - START) for t in ts]))
+            for prio, rate in (("3", 1.5), ("4", 0.5)):  # 2 a second over the priorities
+                series.append(("gpunet_nic_pfc_pause_frames_total",
+                               {**nic, "direction": "receive", "priority": prio}, ts,
+                               [(rate if fabric else 40.0) * (t - START) for t in ts]))
+    trace = tmp_path / "rails.om.gz"
+    write_series(trace, series)
+    f = compute(read_frame(Source(replay=str(trace))))
+    per_nic = f.cluster["pfc_rx_per_nic"].dropna()
+    assert len(per_nic) >= 5
+    # (a window holds the growth of the scrapes that fell in it: 15 s scrapes in 20 s windows
+    # give 1.5 to 2.5 a second window by window, 2 on average)
+    assert per_nic.mean() == pytest.approx(2.0, rel=0.05)
+    assert per_nic.between(1.4, 2.6).all()
+    assert (f.cluster.loc[per_nic.index, "pfc_rx_nodes"] == 4).all()
+    # the node figure stays the node's sum: 2 and 16 a second
+    node_rate = f.node["pfc_rx_rate"].unstack("instance").loc[per_nic.index]
+    assert node_rate.mean().to_numpy() == pytest.approx([2.0, 2.0, 16.0, 16.0], rel=0.05)

@@ -7,6 +7,7 @@ would on a node of three GPUs."""
 
 import logging
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -132,6 +133,41 @@ def test_a_gpu_lost_at_start_costs_only_its_series_and_nvml_is_opened_once(tmp_p
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
     source.close()
     assert not fake.gpm_samples and fake.shutdowns == 1
+
+
+def test_a_gpu_that_could_not_be_set_up_is_tried_again_after_the_back_off(tmp_path, fake_nvml, monkeypatch):
+    """A GPU lost at the start and brought back later (a GPU reset, a driver that was still
+    setting it up) is set up again, no more often than every REOPEN_SECONDS: its series come
+    back, under its real identity, and its XID events are listened to."""
+    from exporter.readers import nvml
+
+    monkeypatch.setattr(nvml, "REOPEN_SECONDS", 0.3)
+    fake = fake_nvml(lost=1)
+    asked: list[int] = []
+    registered: list[int] = []
+    get_handle = fake.nvmlDeviceGetHandleByIndex
+    fake.nvmlDeviceGetHandleByIndex = lambda i: asked.append(i) or get_handle(i)
+    fake.nvmlDeviceRegisterEvents = lambda handle, kinds, events: registered.append(handle)
+    node = Node(tmp_path)
+    source = GpuSource(NvmlGpus(Root(tmp_path)))
+    node.sampler = Sampler(Root(tmp_path), node.registry, InventoryOptions(), gpus=source, collectors=["gpu"])
+    node.tick(slow=False, now=0.0)
+    node.tick(slow=False, now=0.2)
+    assert node.value("gpunet_gpu_up", gpu="1") == 0.0
+    assert asked.count(1) == 1 and sorted(registered) == [0, 2]  # not asked again within the back-off
+    assert source.identities[1].uuid == ""
+    fake.lost = None  # the GPU is back
+    time.sleep(0.35)
+    node.tick(slow=False, now=0.4)
+    node.tick(slow=False, now=0.6)
+    node.tick(slow=False, now=0.8)
+    assert asked.count(1) == 2 and sorted(registered) == [0, 1, 2]
+    assert [node.value("gpunet_gpu_up", gpu=gpu) for gpu in "012"] == [1.0, 1.0, 1.0]
+    assert node.value("gpunet_gpu_busy_seconds_total", gpu="1") == pytest.approx(0.4 * 0.5)
+    assert source.identities[1].uuid == "GPU-00000001"
+    assert fake.inits == 1
+    source.close()
+    assert not fake.gpm_samples  # the samples of the GPU set up later are freed too
 
 
 def test_nvml_failing_as_a_whole_is_undone_and_retried_only_after_the_back_off(fake_nvml):

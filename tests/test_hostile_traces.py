@@ -328,6 +328,27 @@ def test_millisecond_timestamps_are_named_not_read_as_year_57971(tmp_path, base_
     assert "not Unix seconds" in last and "milliseconds" in last
 
 
+def test_one_node_in_milliseconds_is_read_as_such_and_named(tmp_path, base_lines, clean_findings):
+    """One node's recorder wrote milliseconds, the others seconds: that node's series are read
+    as milliseconds (their times fall in the others' span once divided by 1000), with a
+    warning naming the instance, and the findings are those of the clean trace. A series whose
+    times are neither is left out, and named."""
+    node = 'instance="node-003:9845"'
+
+    def in_ms(line: str) -> str:
+        head, value, ts = line.rsplit(" ", 2)
+        return f"{head} {value} {round(float(ts) * 1000)}"
+
+    lines = [in_ms(l) if l.startswith("gpunet") and node in l else l for l in base_lines]
+    junk = series_lines(lines, TX, "node-005:9845")
+    for i in junk:  # a clock off by a factor no unit explains
+        head, value, ts = lines[i].rsplit(" ", 2)
+        lines[i] = f"{head} {value} {round(float(ts) * 1e6)}"
+    result = diagnose("--replay", str(write(tmp_path / "one-node-ms.om.gz", lines)), "--format", "json")
+    warnings = recovered(result, clean_findings, "in milliseconds", "node-003:9845", "left out")
+    assert any("node-005:9845" in w and "left out" in w for w in warnings), warnings
+
+
 @pytest.mark.parametrize("flag,value", [("--end", "nan"), ("--start", "inf"), ("--end", "1767225617000"),
                                         ("--since", "0s"), ("--since", "nan")])
 def test_a_time_or_duration_that_cannot_be_is_a_usage_error(flag, value):

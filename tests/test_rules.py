@@ -24,8 +24,9 @@ NODE_HEALTHY = {"idle_frac": 0.2, "idle_frac_z": 0.0, "pfc_tx_rate": 0.0, "pfc_t
                 "throttle_frac": 0.0, "sm_clock": 1.98e9}
 CLUSTER_HEALTHY = {"gpu_time": 8 * 8 * 20.0, "idle_frac": 0.2, "idle_paused_frac": 0.0, "idle_saturated_frac": 0.03,
                    "idle_active_frac": 0.12, "idle_quiet_frac": 0.05, "ecn_per_gb": 1.0, "pfc_rx_rate": 0.0,
-                   "pfc_rx_nodes": 0, "retrans_ratio": 1e-5, "util_median": 0.4, "sat_frac_median": 0.05,
-                   "state_sat_frac_median": 0.05, "other_util_median": 0.001, "xmit_wait_per_gb": float("nan")}
+                   "pfc_rx_per_nic": 0.0, "pfc_rx_nodes": 0, "retrans_ratio": 1e-5, "util_median": 0.4,
+                   "sat_frac_median": 0.05, "state_sat_frac_median": 0.05, "other_util_median": 0.001,
+                   "xmit_wait_per_gb": float("nan")}
 # A RoCE fabric: no credit waits (InfiniBand's port_xmit_wait) anywhere.
 BASELINE = Baseline(idle_frac=0.2, idle_saturated_frac=0.03, idle_quiet_frac=0.05, ecn_per_gb=1.0,
                     retrans_ratio=1e-5, other_util=0.001, xmit_wait_per_gb=float("nan"))
@@ -171,10 +172,21 @@ def test_congestion_on_ecn_marks_per_gb():
 
 
 def test_congestion_on_pauses_received_across_the_fabric():
-    d = check("network_congestion", window({"idle_frac": 0.27, "pfc_rx_rate": 8 * 50.0, "pfc_rx_nodes": 6}))
+    hot = {"idle_frac": 0.27, "pfc_rx_rate": 16 * 25.0, "pfc_rx_per_nic": 25.0}
+    d = check("network_congestion", window({**hot, "pfc_rx_nodes": 6}))
     assert d is not None and d.confidence == pytest.approx(0.6)
+    assert d.evidence["pauses_received_per_s_per_nic"] == 25.0
     # on two nodes only: a local matter, not the fabric
-    assert check("network_congestion", window({"idle_frac": 0.27, "pfc_rx_rate": 8 * 50.0, "pfc_rx_nodes": 2})) is None
+    assert check("network_congestion", window({**hot, "pfc_rx_nodes": 2})) is None
+
+
+def test_pauses_are_judged_per_nic_so_eight_rails_are_not_eight_times_the_congestion():
+    # 2 pauses a second on each of 8 rails of 8 nodes: 16 a second per node, the background of a
+    # busy healthy fabric, whatever the number of rails; 6 a second per NIC is the fabric's Xoff.
+    assert check("network_congestion", window({"idle_frac": 0.27, "pfc_rx_rate": 64 * 2.0, "pfc_rx_per_nic": 2.0,
+                                               "pfc_rx_nodes": 8})) is None
+    assert check("network_congestion", window({"idle_frac": 0.27, "pfc_rx_rate": 64 * 6.0, "pfc_rx_per_nic": 6.0,
+                                               "pfc_rx_nodes": 8})) is not None
 
 
 def test_congestion_on_infiniband_is_credit_wait_ten_times_the_jobs_baseline():

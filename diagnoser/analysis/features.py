@@ -13,6 +13,10 @@ import pandas as pd
 from diagnoser.model.frame import FINE, Frame
 
 STATES = ("paused", "saturated", "active", "quiet")
+# A node counts as receiving pauses from half a pause frame per second per fabric NIC: a
+# healthy DCQCN fabric sends a few a minute at most (ECN brakes the senders long before the
+# switch's Xoff threshold), congestion tens to thousands.
+PFC_RX_NODE_PER_NIC = 0.5
 
 
 @dataclass
@@ -116,7 +120,15 @@ def compute(frame: Frame) -> Features:
     g["throttle_frac_max"] = by["throttle_frac"].max()
     g["other_util_median"] = by["other_util"].median()
     g["other_rate"] = n["other_bytes"].groupby(level="window").sum(min_count=1) / step
-    g["pfc_rx_nodes"] = (f["pfc_rx_rate"] > 1.0).groupby(level="window").sum()
+    # Pauses received per fabric NIC: a congested switch pauses each of its ingress ports on
+    # its own, so the rate per port is what means something; a sum per node would make the
+    # same fabric look eight times as congested on nodes with eight rails as with one.
+    fabric_nics = n["fabric_nics"].where(n["fabric_nics"] > 0)
+    with np.errstate(all="ignore"):
+        pfc_rx_per_nic = f["pfc_rx_rate"] / fabric_nics
+        g["pfc_rx_per_nic"] = f["pfc_rx_rate"].groupby(level="window").sum(min_count=1) / \
+            fabric_nics.where(f["pfc_rx_rate"].notna()).groupby(level="window").sum(min_count=1)
+    g["pfc_rx_nodes"] = (pfc_rx_per_nic > PFC_RX_NODE_PER_NIC).groupby(level="window").sum()
     g["tcp_retrans_rate"] = n["tcp_retrans"].groupby(level="window").sum(min_count=1) / step
     # Quiet idle sustained through the window (median of its sub-windows), not one stall.
     fine = frame.fine

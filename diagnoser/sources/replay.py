@@ -636,6 +636,41 @@ def _merge_repeated(stream: Iterator[RawSeries], notes: _Warnings) -> list[RawSe
     return out
 
 
+def _seconds_from_milliseconds(path: str | Path, series: list[RawSeries],
+                               note: Callable[[str], None]) -> list[RawSeries]:
+    """Series whose times are past any Unix second, in a trace whose other series are in
+    seconds (one node's recorder wrote milliseconds, as Prometheus' text format does): where
+    their times divided by 1000 fall in the span of the others, they are read as
+    milliseconds, and said so; the rest are left out, and said so. A trace with no series in
+    seconds is left as it is (read() names the problem)."""
+    late = [s for s in series if s.timestamps[0] >= LAST_SECOND]
+    if not late or len(late) == len(series):
+        return series
+    on_time = [s for s in series if s.timestamps[0] < LAST_SECOND]
+    lo = min(float(s.timestamps[0]) for s in on_time) - 86400.0
+    hi = max(float(s.timestamps[-1]) for s in on_time) + 86400.0
+    converted, dropped = [], []
+    for s in late:
+        t = s.timestamps / 1000.0
+        if lo <= t[0] and t[-1] <= hi:
+            s.timestamps = t
+            converted.append(s)
+        else:
+            dropped.append(s)
+    for group, what in ((converted, "are in milliseconds where the trace format has seconds: read as "
+                                    "milliseconds"),
+                        (dropped, "are not Unix seconds, nor milliseconds in the trace's span: left out")):
+        if group:
+            s = group[0]
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            instances = sorted({x.labels.get("instance", "") for x in group})
+            note(f"{path}:{s.line}: {s.name}{{{labels}}}"[:300] + f": sample times like {s.timestamps[0]:.0f} {what}"
+                 + (f", and in {len(group) - 1} more series" if len(group) > 1 else "")
+                 + f" (instance {', '.join(instances[:5])}{', ...' if len(instances) > 5 else ''})")
+    left_out = {id(s) for s in dropped}
+    return [s for s in series if id(s) not in left_out] if left_out else series
+
+
 def _time_range(path: str | Path, series: list[RawSeries], note: Callable[[str], None]) -> tuple[float, float]:
     """The trace's first and last sample time, ignoring stray samples far outside the time
     its series cover (a timestamp off by days would stretch the windows over nothing)."""
@@ -682,6 +717,7 @@ def read(path: str | Path, warn: Callable[[str], None] | None = None,
     series = [s for s in series if len(s.timestamps)]
     if not series:
         raise TraceError(f"{path}: no gpunet series in the trace")
+    series = _seconds_from_milliseconds(path, series, note)
     first, last = _time_range(path, series, note)
     if last >= LAST_SECOND or first < 0:
         raise TraceError(f"{path}: sample times like {last:.0f} are not Unix seconds (milliseconds? the trace "

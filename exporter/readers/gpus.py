@@ -21,12 +21,17 @@ class GpuSource:
         self.identities = []
         self._next_attempt = 0.0
         self._open_error: SourceError | None = None
+        self._generation = 0  # the backend's generation the identities were listed at
         self._lock = threading.Lock()  # the fast and the slow tick both open it
 
     def ensure_open(self) -> None:
         """Open the backend once; on failure raise (collector down) and retry later, with
-        the same error meanwhile so that it is logged once."""
+        the same error meanwhile so that it is logged once. A GPU the backend set up after
+        the start (its `generation` moved) is listed from then on."""
         if self.driver_version is not None:
+            generation = getattr(self.backend, "generation", 0)
+            if generation != self._generation:
+                self.identities, self._generation = self.backend.gpus(), generation
             return
         with self._lock:
             self._open_locked()
@@ -47,6 +52,7 @@ class GpuSource:
         except Exception as e:  # noqa: BLE001 - what the backend did not foresee waits as long
             self._open_error = SourceError(f"GPU backend {type(self.backend).__name__}", f"open failed: {e!r}")
             raise self._open_error from e
+        self._generation = getattr(self.backend, "generation", 0)
         self.driver_version = driver_version
 
     def close(self) -> None:

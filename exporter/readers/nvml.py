@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from exporter.readers.gpus import REOPEN_SECONDS
 from exporter.readers.pci import PCI_DEVICES
 from exporter.root import Root, SourceError
 from gpunet.contract import ECC_ERROR_TYPES, NVLINK_ERROR_KINDS
@@ -278,6 +280,10 @@ class NvmlGpus:
         self._nvml: Any = None  # the pynvml module, once open
         self._gpus: dict[int, _LiveGpu] = {}
         self._unopened: dict[int, SourceError] = {}  # GPUs NVML lists that could not be set up: why
+        self._retry_at: dict[int, float] = {}  # unopened GPU -> when to try setting it up again (monotonic)
+        self._setting_up = threading.Lock()  # one thread sets a GPU up again; the others answer its error
+        # Bumped when a GPU is set up after the start: the GPU source then lists the GPUs again.
+        self.generation = 0
         self._events: object | None = None  # the XID event set, where NVML offers one
         self._xids: dict[tuple[int, int], int] = {}
 
@@ -298,16 +304,16 @@ class NvmlGpus:
             raise SourceError("NVML", f"cannot initialise NVML (no NVIDIA driver?): {e}") from e
         self._nvml = pynvml
         self._gpus, self._unopened, self._events, self._xids = {}, {}, None, {}  # a retry starts afresh
+        self._retry_at = {}
         try:
             for i in range(pynvml.nvmlDeviceGetCount()):
-                # One GPU that fails here (lost before the exporter started) costs only its
-                # own series: the others are read, and it reports why at every read of it.
+                # One GPU that fails here (lost before the exporter started, or not ready yet)
+                # costs only its own series: the others are read, it reports why at every read
+                # of it, and it is set up again every REOPEN_SECONDS (a GPU reset brings it back).
                 try:
                     self._gpus[i] = self._open_gpu(i)
                 except Exception as e:  # noqa: BLE001 - NVMLError of any kind
-                    error = self._error(f"NVML gpu {i}", e)
-                    self._unopened[i] = type(error)(error.where, f"{error.what} (at start; not set up again "
-                                                                 "until the exporter restarts)")
+                    self._not_set_up(i, e)
             self._events = self._xid_events()
             return _text(pynvml.nvmlSystemGetDriverVersion())
         except Exception as e:  # noqa: BLE001 - NVML itself failed: undo it all, to be retried afresh
@@ -326,6 +332,37 @@ class NvmlGpus:
         ident = GpuIdentity(i, _text(nv.nvmlDeviceGetUUID(handle)), _text(nv.nvmlDeviceGetName(handle)), pci, numa)
         # Last, once nothing else can fail: the samples are freed only with a GPU that was kept.
         return _LiveGpu(handle, ident, gpm_samples=self._gpm_alloc(handle))
+
+    def _not_set_up(self, index: int, e: Exception) -> None:
+        error = self._error(f"NVML gpu {index}", e)
+        self._unopened[index] = type(error)(error.where, f"{error.what} (could not be set up; tried again "
+                                                         f"every {REOPEN_SECONDS:g}s)")
+        self._retry_at[index] = time.monotonic() + REOPEN_SECONDS
+
+    def _set_up_again(self, index: int) -> None:
+        """Try again to set up a GPU that could not be at the start, once its back-off passed;
+        from any thread that reads it, one at a time (the others answer its error meanwhile)."""
+        if time.monotonic() < self._retry_at.get(index, 0.0) or not self._setting_up.acquire(blocking=False):
+            return
+        try:
+            if index not in self._unopened or self._nvml is None:  # set up meanwhile, or closed
+                return
+            try:
+                gpu = self._open_gpu(index)
+            except Exception as e:  # noqa: BLE001 - NVMLError of any kind: still not
+                self._not_set_up(index, e)
+                return
+            if self._events is not None:
+                try:
+                    self._nvml.nvmlDeviceRegisterEvents(gpu.handle, XID_CRITICAL_ERROR, self._events)
+                except Exception:  # noqa: BLE001 - not supported on this GPU
+                    pass
+            self._gpus[index] = gpu
+            del self._unopened[index]
+            self._retry_at.pop(index, None)
+            self.generation += 1
+        finally:
+            self._setting_up.release()
 
     def _gpm_alloc(self, handle: object) -> list:
         """Two GPM samples to compare, or [] where the GPU has no GPM (pre-Hopper, old driver)."""
@@ -379,6 +416,8 @@ class NvmlGpus:
         return sorted([*(g.identity for g in self._gpus.values()), *unopened], key=lambda g: g.index)
 
     def _live(self, index: int) -> _LiveGpu:
+        if index in self._unopened:
+            self._set_up_again(index)
         error = self._unopened.get(index)
         if error is not None:
             # A fresh exception each time: one raised again and again would grow its traceback.

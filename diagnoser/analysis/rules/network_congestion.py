@@ -11,9 +11,12 @@ from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowCont
 # fabric marks ~0.001-0.01%, a congested one percents.
 ECN_PER_GB = 250.0
 ECN_RISE = 20.0  # or twenty times the job's own baseline
-# Received pauses per second per node, on at least half the nodes: lossless back-pressure
-# spread through the fabric, not one port.
-PAUSE_RX_PER_NODE = 10.0
+# Received pauses per second per fabric NIC, over the job, with pauses received on at least
+# half the nodes: lossless back-pressure spread through the fabric, not one port. Per NIC:
+# the switch pauses each ingress port on its own, so the bar means the same on nodes with
+# one rail or eight. A healthy DCQCN fabric stays far below (ECN brakes the senders before
+# the queues reach Xoff); congestion pauses each port tens to thousands of times a second.
+PAUSE_RX_PER_NIC = 5.0
 # InfiniBand: ticks waited for credit per GB moved, against the job's own baseline (the
 # tick's length is the HCA's, so there is no absolute scale). A healthy fabric's ports wait
 # well under 1% of their busy time, in each burst's incast; congestion that takes a third of
@@ -25,15 +28,16 @@ XMIT_WAIT_RISE = 10.0
 def check(w: WindowContext) -> Detection | None:
     if "pfc_storm" in w.found:  # the storm's victims receive pauses: they are its symptom
         return None
-    g, base, n = w.cluster, w.baseline, max(len(w.node), 1)
+    g, base = w.cluster, w.baseline
     ecn_hot = bool((g["ecn_per_gb"] >= ECN_PER_GB) or (
         np.isfinite(base.ecn_per_gb) and base.ecn_per_gb > 0 and g["ecn_per_gb"] >= ECN_RISE * base.ecn_per_gb))
-    pauses_hot = g["pfc_rx_rate"] / n >= PAUSE_RX_PER_NODE and g["pfc_rx_nodes"] >= len(w.node) / 2
+    pauses_hot = bool(g["pfc_rx_per_nic"] >= PAUSE_RX_PER_NIC) and g["pfc_rx_nodes"] >= len(w.node) / 2
     wait_hot = bool(np.isfinite(base.xmit_wait_per_gb) and base.xmit_wait_per_gb > 0
                     and g["xmit_wait_per_gb"] >= XMIT_WAIT_RISE * base.xmit_wait_per_gb)
     if not (ecn_hot or pauses_hot or wait_hot) or not w.impact:
         return None
-    figures = {"ecn_marks_per_gb": g["ecn_per_gb"], "pauses_received_per_s": g["pfc_rx_rate"]}
+    figures = {"ecn_marks_per_gb": g["ecn_per_gb"], "pauses_received_per_s": g["pfc_rx_rate"],
+               "pauses_received_per_s_per_nic": g["pfc_rx_per_nic"]}
     if wait_hot:
         figures = {"credit_wait_per_gb_times_baseline": g["xmit_wait_per_gb"] / base.xmit_wait_per_gb}
     return Detection([], [], 0.6 + 0.3 * (ecn_hot or wait_hot), {
