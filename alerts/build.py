@@ -267,12 +267,13 @@ def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
               f"({m('gpunet_nic_pcie_max_link_transfers_per_second')} - "
               f"{m('gpunet_nic_pcie_current_link_transfers_per_second')} > 0)",
               "warning", "A NIC's PCIe link trained below its capability.",
-              "{{ $labels.instance }} NIC {{ $labels.device }} trained its PCIe link below what it supports (lanes "
-              "or transfer rate) for 15 minutes: the host side may not keep up with the wire.", "15m"),
+              "{{ $labels.instance }} NIC {{ $labels.device }} trained its PCIe link below what the card and its slot "
+              "support (lanes or transfer rate) for 15 minutes: the host side may not keep up with the wire.", "15m"),
         Alert("GpunetGpuPcieWidthDegraded",
               f"{m('gpunet_gpu_pcie_max_link_width')} - {m('gpunet_gpu_pcie_current_link_width')} > 0",
               "warning", "A GPU's PCIe link is narrower than it supports.",
-              "GPU {{ $labels.gpu }} of {{ $labels.instance }} runs {{ $value }} PCIe lanes fewer than it supports, "
+              "GPU {{ $labels.gpu }} of {{ $labels.instance }} runs {{ $value }} PCIe lanes fewer than it and its slot "
+              "support, "
               "for 15 minutes: host-device copies and GPUDirect RDMA through it are slower.", "15m",
               comment="Width only: GPUs lower their PCIe transfer rate when idle, by design."),
         Alert("GpunetBondMemberDown", f"{m('gpunet_bond_member_up')} == 0", "warning", "A bond member is down.",

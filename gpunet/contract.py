@@ -145,9 +145,12 @@ NIC_QOS_TRUST_INFO = _m("gpunet_nic_qos_trust_info", "gauge",
 NIC_PCIE_CURRENT_SPEED = _m("gpunet_nic_pcie_current_link_transfers_per_second", "gauge",
                             "PCIe link speed the NIC's function trained at, per lane (8e9 = 8 GT/s, Gen3).", DEV)
 NIC_PCIE_MAX_SPEED = _m("gpunet_nic_pcie_max_link_transfers_per_second", "gauge",
-                        "PCIe link speed the NIC's function supports, per lane.", DEV)
+                        "The most PCIe link speed the NIC's link can train at, per lane: the lower of what the "
+                        "function and the port above it support.", DEV)
 NIC_PCIE_CURRENT_WIDTH = _m("gpunet_nic_pcie_current_link_width", "gauge", "PCIe lanes the NIC trained at.", DEV)
-NIC_PCIE_MAX_WIDTH = _m("gpunet_nic_pcie_max_link_width", "gauge", "PCIe lanes the NIC supports.", DEV)
+NIC_PCIE_MAX_WIDTH = _m("gpunet_nic_pcie_max_link_width", "gauge",
+                        "The most PCIe lanes the NIC's link can train at: the lower of what the function and the "
+                        "port above it support.", DEV)
 BOND_INFO = _m("gpunet_bond_info", "gauge", "One per bonding device: its mode and transmit hash policy.",
                ("bond", "mode", "xmit_hash_policy"))
 BOND_MEMBER_UP = _m("gpunet_bond_member_up", "gauge",
@@ -212,9 +215,12 @@ GPU_TENSOR_ACTIVE = _m("gpunet_gpu_tensor_active_ratio", "gauge",
 GPU_PCIE_CURRENT_SPEED = _m("gpunet_gpu_pcie_current_link_transfers_per_second", "gauge",
                             "PCIe link speed the GPU trained at, per lane (GPUs lower it when idle).", GPU)
 GPU_PCIE_MAX_SPEED = _m("gpunet_gpu_pcie_max_link_transfers_per_second", "gauge",
-                        "PCIe link speed the GPU supports, per lane.", GPU)
+                        "The most PCIe link speed the GPU's link can train at, per lane: the lower of what the "
+                        "GPU and the port above it support.", GPU)
 GPU_PCIE_CURRENT_WIDTH = _m("gpunet_gpu_pcie_current_link_width", "gauge", "PCIe lanes the GPU trained at.", GPU)
-GPU_PCIE_MAX_WIDTH = _m("gpunet_gpu_pcie_max_link_width", "gauge", "PCIe lanes the GPU supports.", GPU)
+GPU_PCIE_MAX_WIDTH = _m("gpunet_gpu_pcie_max_link_width", "gauge",
+                        "The most PCIe lanes the GPU's link can train at: the lower of what the GPU and the port "
+                        "above it support.", GPU)
 # Which workload uses each GPU. An info metric joinable on `gpu`, so that the
 # workload's labels are not repeated on every series (`job` is Prometheus' own label).
 GPU_WORKLOAD_INFO = _m("gpunet_gpu_workload_info", "gauge",

@@ -169,6 +169,45 @@ def test_unknown_pcie_values_give_no_series_and_no_error(node_copy, caplog):
     assert not [p for p in problems(caplog) if "pcie" in p]
 
 
+def _behind_a_port(root: Path, netdev: str, port_speed: str, port_width: int, trained: str) -> None:
+    """Put the netdev's PCI function in a folder of the port above it, as sysfs lays them out
+    (sys/devices/pci0000:16/0000:16:02.0/0000:17:00.0, which sys/class/net/<dev>/device leads
+    to), the port supporting `port_speed` and `port_width`, the function trained at `trained`."""
+    port = root / "sys/devices/pci0000:16/0000:16:02.0"
+    port.mkdir(parents=True)
+    (port / "max_link_speed").write_text(f"{port_speed}\n")
+    (port / "max_link_width").write_text(f"{port_width}\n")
+    device = root / f"sys/class/net/{netdev}/device"
+    shutil.move(device, port / "0000:17:00.0")
+    device.symlink_to("../../../devices/pci0000:16/0000:16:02.0/0000:17:00.0")
+    (port / "0000:17:00.0/current_link_speed").write_text(f"{trained}\n")
+
+
+def test_a_card_in_a_slower_or_narrower_slot_can_train_no_higher_than_the_slot(node_copy):
+    """A Gen5 x16 NIC in a Gen4 slot wired x8 trains at Gen4 x8 by design: the most its link
+    can is the slot's, so the link is not degraded (the alert compares the two)."""
+    root = node_copy("roce-mlx5")
+    own = root / "sys/class/net/ens1f0np0/device"
+    assert gt_per_s((own / "max_link_speed").read_text()) == 32e9 and int((own / "max_link_width").read_text()) == 16
+    _behind_a_port(root, "ens1f0np0", "16.0 GT/s PCIe", 8, "16.0 GT/s PCIe")
+    (own / "current_link_width").write_text("8\n")
+    node = Node(root).tick(now=100.0)
+    assert node.value("gpunet_nic_pcie_max_link_transfers_per_second", device="ens1f0np0") == 16e9
+    assert node.value("gpunet_nic_pcie_current_link_transfers_per_second", device="ens1f0np0") == 16e9
+    assert node.value("gpunet_nic_pcie_max_link_width", device="ens1f0np0") == 8
+    assert node.value("gpunet_nic_pcie_current_link_width", device="ens1f0np0") == 8
+    assert node.value("gpunet_exporter_collector_up", collector="pcie") == 1.0
+
+
+def test_a_card_that_trained_below_a_port_as_fast_as_itself_is_degraded(node_copy):
+    root = node_copy("roce-mlx5")
+    _behind_a_port(root, "ens1f0np0", "32.0 GT/s PCIe", 16, "16.0 GT/s PCIe")
+    node = Node(root).tick(now=100.0)
+    assert node.value("gpunet_nic_pcie_max_link_transfers_per_second", device="ens1f0np0") == 32e9
+    assert node.value("gpunet_nic_pcie_current_link_transfers_per_second", device="ens1f0np0") == 16e9
+    assert node.value("gpunet_nic_pcie_max_link_width", device="ens1f0np0") == 16
+
+
 # --- the misconfigured node ---------------------------------------------------------------
 
 def test_misconfigured_node_shows_each_fault_from_its_files():

@@ -1,6 +1,12 @@
 """The PCIe link of a PCI function: the speed and width it trained at and the most it
-supports, from its sysfs folder (``current_link_speed``, ``max_link_speed``,
+can, from its sysfs folder (``current_link_speed``, ``max_link_speed``,
 ``current_link_width``, ``max_link_width``).
+
+The most a link can train at is the lower of what its two ends support: the function's own
+``max_link_*`` and those of the port above it (the root port or switch port whose folder
+holds the function's, on a live node where ``sys/bus/pci/devices/<address>`` leads). A
+Gen5 x16 card in a Gen4 slot, or in an x16 slot wired x8, trains at Gen4 or x8 by design:
+that is the platform's limit, not a link that came up degraded.
 
 Speeds read ``16.0 GT/s PCIe`` (older kernels: ``8 GT/s``, ``2.5 GT/s``), in transfers
 per second per lane; ``Unknown`` (a function whose link the kernel cannot tell) and a
@@ -10,6 +16,7 @@ device, an old kernel).
 
 from __future__ import annotations
 
+import os
 import re
 from typing import NamedTuple
 
@@ -20,11 +27,12 @@ from exporter.root import Root, SourceError
 PCI_DEVICES = "sys/bus/pci/devices"
 SPEED = re.compile(r"(\d+(?:\.\d+)?) GT/s\b")
 NO_LINK_WIDTHS = (0, 255)
+PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
 class PcieLink(NamedTuple):
     current_speed: float | None  # transfers/s per lane (16e9 = Gen4)
-    max_speed: float | None
+    max_speed: float | None  # the most the link can: the lower of the function's and its port's
     current_width: int | None
     max_width: int | None
 
@@ -32,10 +40,31 @@ class PcieLink(NamedTuple):
 def pcie_link(root: Root, function_dir: str, errors: list[SourceError]) -> PcieLink:
     """The link of the PCI function whose sysfs folder is `function_dir` (under the root).
     A malformed file costs only its own value (an error is appended)."""
-    return PcieLink(_speed(root, f"{function_dir}/current_link_speed", errors),
-                    _speed(root, f"{function_dir}/max_link_speed", errors),
-                    _width(root, f"{function_dir}/current_link_width", errors),
-                    _width(root, f"{function_dir}/max_link_width", errors))
+    max_speed = _speed(root, f"{function_dir}/max_link_speed", errors)
+    max_width = _width(root, f"{function_dir}/max_link_width", errors)
+    port = upstream_port(root, function_dir)
+    if port is not None:
+        max_speed = _lower(max_speed, _speed(root, f"{port}/max_link_speed", errors))
+        max_width = _lower(max_width, _width(root, f"{port}/max_link_width", errors))
+    return PcieLink(_speed(root, f"{function_dir}/current_link_speed", errors), max_speed,
+                    _width(root, f"{function_dir}/current_link_width", errors), max_width)
+
+
+def upstream_port(root: Root, function_dir: str) -> str | None:
+    """The folder (under the root) of the PCI port above a function: the folder that holds
+    the function's real one, where it is named like a PCI address; None where there is none
+    (a root complex's own device, a virtual device, a fixture without the hierarchy)."""
+    base = os.path.realpath(root.base)
+    real = os.path.realpath(root.path(function_dir))
+    parent = os.path.dirname(real)
+    if not PCI_ADDRESS.match(os.path.basename(parent)) or os.path.commonpath([base, parent]) != base:
+        return None
+    return os.path.relpath(parent, base)
+
+
+def _lower(own, port):
+    """The lower of two maxima, either unknown (None) standing aside."""
+    return own if port is None else port if own is None else min(own, port)
 
 
 def netdev_pcie_link(root: Root, netdev: str, errors: list[SourceError]) -> PcieLink:
