@@ -532,7 +532,7 @@ def run_job_scenario(lab: Lab, cfg: argparse.Namespace, name: str) -> Result:
         retrans["during"] = {n: ns.nstat("TcpRetransSegs") for n, ns in (("node-a", lab.a), ("node-b", lab.b))}
         log(f"{name}: loss removed; dropped {dropped}")
     t_end = job.wait_event(lambda e: e.get("event") == "end", sum(s for s, _ in schedule) + 300)["t"]
-    for rank, proc in job.procs.items():
+    for proc in job.procs.values():
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -588,7 +588,8 @@ def run_job_scenario(lab: Lab, cfg: argparse.Namespace, name: str) -> Result:
                 f"{cfg.loss_pct} drop`) for {loss_off - loss_on:.0f} s"
                 + (f", then removed for a {tail:g} s healthy tail" if tail > 0 else "")
                 + f". Dropped: {dropped[0] if dropped else '?'} packets as nftables saw them (veth hands over GSO "
-                f"aggregates of up to 64 KB, so one drop can take several TCP segments). The drops hit node-a's data segments "
+                f"aggregates of up to 64 KB, so one drop can take several TCP segments). "
+                f"The drops hit node-a's data segments "
                 f"(and node-a's ACKs of node-b's data), so it is node-a's TCP RetransSegs that rose: kernel "
                 f"TcpRetransSegs increase during the loss window node-a +{ra['node-a']}, node-b +{ra['node-b']} "
                 f"(lead-in: node-a +{rl['node-a']}, node-b +{rl['node-b']}). "
