@@ -208,6 +208,31 @@ def test_a_card_that_trained_below_a_port_as_fast_as_itself_is_degraded(node_cop
     assert node.value("gpunet_nic_pcie_max_link_width", device="ens1f0np0") == 16
 
 
+def test_only_a_pci_function_under_a_pci_port_is_capped(tmp_path):
+    """A netdev of an mlx5 sub-function sits in a folder of its PCI function, which is no port
+    above it; a function that tells no maximum of its own gets none from the port."""
+    from exporter.readers.pci import pcie_link, upstream_port
+    from exporter.root import Root
+
+    port = tmp_path / "sys/devices/pci0000:16/0000:16:02.0"
+    function = port / "0000:17:00.0"
+    sub_function = function / "mlx5_core.sf.2"
+    sub_function.mkdir(parents=True)
+    for folder, speed in ((port, "16.0 GT/s PCIe"), (function, "32.0 GT/s PCIe")):
+        (folder / "max_link_speed").write_text(speed + "\n")
+    root = Root(tmp_path)
+    assert upstream_port(root, "sys/devices/pci0000:16/0000:16:02.0/0000:17:00.0") == \
+        "sys/devices/pci0000:16/0000:16:02.0"
+    assert upstream_port(root, "sys/devices/pci0000:16/0000:16:02.0/0000:17:00.0/mlx5_core.sf.2") is None
+    assert upstream_port(root, "sys/devices/pci0000:16/0000:16:02.0") is None  # under the root complex
+    errors: list = []
+    assert pcie_link(root, "sys/devices/pci0000:16/0000:16:02.0/0000:17:00.0/mlx5_core.sf.2", errors) == \
+        (None, None, None, None)
+    (function / "max_link_speed").unlink()  # the function tells no maximum: the port's says nothing of it
+    assert pcie_link(root, "sys/devices/pci0000:16/0000:16:02.0/0000:17:00.0", errors).max_speed is None
+    assert not errors
+
+
 # --- the misconfigured node ---------------------------------------------------------------
 
 def test_misconfigured_node_shows_each_fault_from_its_files():

@@ -137,8 +137,9 @@ def test_a_gpu_lost_at_start_costs_only_its_series_and_nvml_is_opened_once(tmp_p
 
 def test_a_gpu_that_could_not_be_set_up_is_tried_again_after_the_back_off(tmp_path, fake_nvml, monkeypatch):
     """A GPU lost at the start and brought back later (a GPU reset, a driver that was still
-    setting it up) is set up again, no more often than every REOPEN_SECONDS: its series come
-    back, under its real identity, and its XID events are listened to."""
+    setting it up) is set up again, no more often than every REOPEN_SECONDS and only by the
+    slow reads (the fast tick's short time limit is no place for NVML's set-up): its series
+    come back, under its real identity, and its XID events are listened to."""
     from exporter.readers import nvml
 
     monkeypatch.setattr(nvml, "REOPEN_SECONDS", 0.3)
@@ -148,10 +149,16 @@ def test_a_gpu_that_could_not_be_set_up_is_tried_again_after_the_back_off(tmp_pa
     get_handle = fake.nvmlDeviceGetHandleByIndex
     fake.nvmlDeviceGetHandleByIndex = lambda i: asked.append(i) or get_handle(i)
     fake.nvmlDeviceRegisterEvents = lambda handle, kinds, events: registered.append(handle)
+    for name, value in (("nvmlDeviceGetPowerUsage", 300_000), ("nvmlDeviceGetTemperature", 40),
+                        ("nvmlDeviceGetMemoryInfo", SimpleNamespace(used=1, total=2)),
+                        ("nvmlDeviceGetPcieThroughput", 0)):
+        setattr(fake, name, lambda *args, value=value: value)
+    fake.nvmlGpmQueryDeviceSupport = lambda handle: SimpleNamespace(isSupportedDevice=0)
     node = Node(tmp_path)
     source = GpuSource(NvmlGpus(Root(tmp_path)))
-    node.sampler = Sampler(Root(tmp_path), node.registry, InventoryOptions(), gpus=source, collectors=["gpu"])
-    node.tick(slow=False, now=0.0)
+    node.sampler = Sampler(Root(tmp_path), node.registry, InventoryOptions(), gpus=source,
+                           collectors=["gpu", "gpu_details"])
+    node.tick(now=0.0)
     node.tick(slow=False, now=0.2)
     assert node.value("gpunet_gpu_up", gpu="1") == 0.0
     assert asked.count(1) == 1 and sorted(registered) == [0, 2]  # not asked again within the back-off
@@ -159,11 +166,14 @@ def test_a_gpu_that_could_not_be_set_up_is_tried_again_after_the_back_off(tmp_pa
     fake.lost = None  # the GPU is back
     time.sleep(0.35)
     node.tick(slow=False, now=0.4)
-    node.tick(slow=False, now=0.6)
+    assert asked.count(1) == 1  # the fast tick does not set it up
+    node.tick(now=0.6)
     node.tick(slow=False, now=0.8)
+    node.tick(slow=False, now=1.0)
     assert asked.count(1) == 2 and sorted(registered) == [0, 1, 2]
     assert [node.value("gpunet_gpu_up", gpu=gpu) for gpu in "012"] == [1.0, 1.0, 1.0]
     assert node.value("gpunet_gpu_busy_seconds_total", gpu="1") == pytest.approx(0.4 * 0.5)
+    assert node.value("gpunet_gpu_power_watts", gpu="1") == 300.0
     assert source.identities[1].uuid == "GPU-00000001"
     assert fake.inits == 1
     source.close()

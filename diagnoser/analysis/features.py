@@ -126,8 +126,11 @@ def compute(frame: Frame) -> Features:
     fabric_nics = n["fabric_nics"].where(n["fabric_nics"] > 0)
     with np.errstate(all="ignore"):
         pfc_rx_per_nic = f["pfc_rx_rate"] / fabric_nics
-        g["pfc_rx_per_nic"] = f["pfc_rx_rate"].groupby(level="window").sum(min_count=1) / \
-            fabric_nics.where(f["pfc_rx_rate"].notna()).groupby(level="window").sum(min_count=1)
+        # Both over the nodes where both are known: a node's pauses without its NICs (or NICs
+        # without their pauses) would tilt the job's figure.
+        known = f["pfc_rx_rate"].notna() & fabric_nics.notna()
+        g["pfc_rx_per_nic"] = f["pfc_rx_rate"].where(known).groupby(level="window").sum(min_count=1) / \
+            fabric_nics.where(known).groupby(level="window").sum(min_count=1)
     g["pfc_rx_nodes"] = (pfc_rx_per_nic > PFC_RX_NODE_PER_NIC).groupby(level="window").sum()
     g["tcp_retrans_rate"] = n["tcp_retrans"].groupby(level="window").sum(min_count=1) / step
     # Quiet idle sustained through the window (median of its sub-windows), not one stall.

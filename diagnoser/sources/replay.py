@@ -638,20 +638,24 @@ def _merge_repeated(stream: Iterator[RawSeries], notes: _Warnings) -> list[RawSe
 
 def _seconds_from_milliseconds(path: str | Path, series: list[RawSeries],
                                note: Callable[[str], None]) -> list[RawSeries]:
-    """Series whose times are past any Unix second, in a trace whose other series are in
+    """Series whose times are all past any Unix second, in a trace with series wholly in
     seconds (one node's recorder wrote milliseconds, as Prometheus' text format does): where
-    their times divided by 1000 fall in the span of the others, they are read as
-    milliseconds, and said so; the rest are left out, and said so. A trace with no series in
-    seconds is left as it is (read() names the problem)."""
+    their times divided by 1000 fall in the span of the series in seconds, they are read as
+    milliseconds, and said so; the rest are left out, and said so. A trace with no series
+    wholly in seconds is left as it is (read() names the problem), and so is a series that
+    mixes both (_time_range leaves its stray samples out)."""
     late = [s for s in series if s.timestamps[0] >= LAST_SECOND]
-    if not late or len(late) == len(series):
+    on_time = [s for s in series if s.timestamps[-1] < LAST_SECOND]
+    if not late or not on_time:
         return series
-    on_time = [s for s in series if s.timestamps[0] < LAST_SECOND]
     lo = min(float(s.timestamps[0]) for s in on_time) - 86400.0
     hi = max(float(s.timestamps[-1]) for s in on_time) + 86400.0
     converted, dropped = [], []
+    in_seconds: dict[int, np.ndarray] = {}  # a node's series share their times: converted once
     for s in late:
-        t = s.timestamps / 1000.0
+        t = in_seconds.get(id(s.timestamps))
+        if t is None:
+            t = in_seconds[id(s.timestamps)] = s.timestamps / 1000.0
         if lo <= t[0] and t[-1] <= hi:
             s.timestamps = t
             converted.append(s)
@@ -663,7 +667,7 @@ def _seconds_from_milliseconds(path: str | Path, series: list[RawSeries],
         if group:
             s = group[0]
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            instances = sorted({x.labels.get("instance", "") for x in group})
+            instances = sorted({x.labels.get("instance", "")[:80] for x in group})
             note(f"{path}:{s.line}: {s.name}{{{labels}}}"[:300] + f": sample times like {s.timestamps[0]:.0f} {what}"
                  + (f", and in {len(group) - 1} more series" if len(group) > 1 else "")
                  + f" (instance {', '.join(instances[:5])}{', ...' if len(instances) > 5 else ''})")

@@ -281,7 +281,11 @@ class NvmlGpus:
         self._gpus: dict[int, _LiveGpu] = {}
         self._unopened: dict[int, SourceError] = {}  # GPUs NVML lists that could not be set up: why
         self._retry_at: dict[int, float] = {}  # unopened GPU -> when to try setting it up again (monotonic)
-        self._setting_up = threading.Lock()  # one thread sets a GPU up again; the others answer its error
+        self._retrying: set[int] = set()  # unopened GPUs a thread is setting up again now
+        # Held for moments, never across a call that may hang: a GPU set up again joins the
+        # others (the dicts above are replaced, never changed, so that readers on other lanes
+        # iterate a whole one), and close() lets them all go.
+        self._commit = threading.Lock()
         # Bumped when a GPU is set up after the start: the GPU source then lists the GPUs again.
         self.generation = 0
         self._events: object | None = None  # the XID event set, where NVML offers one
@@ -335,34 +339,47 @@ class NvmlGpus:
 
     def _not_set_up(self, index: int, e: Exception) -> None:
         error = self._error(f"NVML gpu {index}", e)
-        self._unopened[index] = type(error)(error.where, f"{error.what} (could not be set up; tried again "
-                                                         f"every {REOPEN_SECONDS:g}s)")
+        self._unopened = {**self._unopened, index: type(error)(
+            error.where, f"{error.what} (could not be set up; tried again every {REOPEN_SECONDS:g}s)")}
         self._retry_at[index] = time.monotonic() + REOPEN_SECONDS
 
     def _set_up_again(self, index: int) -> None:
-        """Try again to set up a GPU that could not be at the start, once its back-off passed;
-        from any thread that reads it, one at a time (the others answer its error meanwhile)."""
-        if time.monotonic() < self._retry_at.get(index, 0.0) or not self._setting_up.acquire(blocking=False):
+        """Try again to set up a GPU that could not be at the start, once its back-off passed.
+        Only the slow reads try (details, health), whose time limits leave NVML the time a GPU
+        just reset may take; the fast tick's short limit would set the fast lane's worker
+        aside. One thread per GPU at a time: a set-up that hangs holds back that GPU's
+        retries only, until it returns."""
+        if time.monotonic() < self._retry_at.get(index, 0.0):
             return
-        try:
-            if index not in self._unopened or self._nvml is None:  # set up meanwhile, or closed
+        with self._commit:
+            nv = self._nvml
+            if nv is None or index in self._retrying or index not in self._unopened:
                 return
+            self._retrying.add(index)
+        try:
             try:
                 gpu = self._open_gpu(index)
             except Exception as e:  # noqa: BLE001 - NVMLError of any kind: still not
-                self._not_set_up(index, e)
+                with self._commit:
+                    if self._nvml is nv:
+                        self._not_set_up(index, e)
                 return
-            if self._events is not None:
-                try:
-                    self._nvml.nvmlDeviceRegisterEvents(gpu.handle, XID_CRITICAL_ERROR, self._events)
-                except Exception:  # noqa: BLE001 - not supported on this GPU
-                    pass
-            self._gpus[index] = gpu
-            del self._unopened[index]
-            self._retry_at.pop(index, None)
-            self.generation += 1
+            with self._commit:
+                if self._nvml is not nv:  # closed meanwhile: nothing keeps it
+                    _free_gpm(nv, gpu.gpm_samples)
+                    return
+                if self._events is not None:
+                    try:
+                        nv.nvmlDeviceRegisterEvents(gpu.handle, XID_CRITICAL_ERROR, self._events)
+                    except Exception:  # noqa: BLE001 - not supported on this GPU
+                        pass
+                self._gpus = {**self._gpus, index: gpu}
+                self._unopened = {i: e for i, e in self._unopened.items() if i != index}
+                self._retry_at.pop(index, None)
+                self.generation += 1
         finally:
-            self._setting_up.release()
+            with self._commit:
+                self._retrying.discard(index)
 
     def _gpm_alloc(self, handle: object) -> list:
         """Two GPM samples to compare, or [] where the GPU has no GPM (pre-Hopper, old driver)."""
@@ -392,6 +409,10 @@ class NvmlGpus:
         return events
 
     def close(self) -> None:
+        with self._commit:
+            self._close()
+
+    def _close(self) -> None:
         if self._nvml is not None:
             # nvmlShutdown does not free GPM samples: a failed open retried would leak them.
             for gpu in self._gpus.values():
@@ -412,11 +433,15 @@ class NvmlGpus:
     def gpus(self) -> list[GpuIdentity]:
         """Every GPU NVML lists; one that could not be set up with only its index known, so
         that its series show it down (each read raises why)."""
-        unopened = [GpuIdentity(i, "", "", "", "") for i in self._unopened]
-        return sorted([*(g.identity for g in self._gpus.values()), *unopened], key=lambda g: g.index)
+        with self._commit:  # both of one moment: a GPU set up meanwhile is in one of them, once
+            gpus, not_set_up = self._gpus, self._unopened
+        unopened = [GpuIdentity(i, "", "", "", "") for i in not_set_up]
+        return sorted([*(g.identity for g in gpus.values()), *unopened], key=lambda g: g.index)
 
-    def _live(self, index: int) -> _LiveGpu:
-        if index in self._unopened:
+    def _live(self, index: int, retry: bool = False) -> _LiveGpu:
+        """The GPU, or raise why it is not; `retry`: set it up again if it could not be and
+        its back-off passed (slow reads only: see _set_up_again)."""
+        if retry and index in self._unopened:
             self._set_up_again(index)
         error = self._unopened.get(index)
         if error is not None:
@@ -471,7 +496,8 @@ class NvmlGpus:
             return None
 
     def details(self, index: int) -> GpuDetails:
-        nv, gpu = self._nvml, self._live(index)
+        gpu = self._live(index, retry=True)
+        nv = self._nvml
         opt = partial(self._optional, index)
         power = opt(nv.nvmlDeviceGetPowerUsage)
         temp = opt(nv.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU)
@@ -484,7 +510,8 @@ class NvmlGpus:
                           self._gpm(gpu))
 
     def health(self, index: int) -> GpuHealth:
-        nv, gpu = self._nvml, self._live(index)
+        gpu = self._live(index, retry=True)
+        nv = self._nvml
         opt = partial(self._optional, index)
         ecc = {name: opt(nv.nvmlDeviceGetTotalEccErrors, error_type, NVML_VOLATILE_ECC)
                for name, error_type in zip(ECC_ERROR_TYPES, NVML_MEMORY_ERROR_TYPES)}
@@ -588,7 +615,8 @@ class NvmlGpus:
                 event = nv.nvmlEventSetWait(self._events, 0)
             except Exception:  # noqa: BLE001 - NVML_ERROR_TIMEOUT: nothing more
                 break
-            index = next((i for i, g in self._gpus.items() if _same_handle(g.handle, event.device)), -1)
+            gpus = self._gpus  # a whole one: a GPU set up on another lane replaces it
+            index = next((i for i, g in gpus.items() if _same_handle(g.handle, event.device)), -1)
             key = (index, int(event.eventData))
             self._xids[key] = self._xids.get(key, 0) + 1
         return dict(self._xids)

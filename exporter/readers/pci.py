@@ -57,14 +57,18 @@ def upstream_port(root: Root, function_dir: str) -> str | None:
     base = os.path.realpath(root.base)
     real = os.path.realpath(root.path(function_dir))
     parent = os.path.dirname(real)
-    if not PCI_ADDRESS.match(os.path.basename(parent)) or os.path.commonpath([base, parent]) != base:
+    # Both named like PCI addresses: a netdev of a sub-function or a virtio device sits in a
+    # folder of its PCI function, which is no port of its own.
+    if not (PCI_ADDRESS.match(os.path.basename(real)) and PCI_ADDRESS.match(os.path.basename(parent))) \
+            or os.path.commonpath([base, parent]) != base:
         return None
     return os.path.relpath(parent, base)
 
 
 def _lower(own, port):
-    """The lower of two maxima, either unknown (None) standing aside."""
-    return own if port is None else port if own is None else min(own, port)
+    """The function's own maximum, lowered to the port's where both are known (a function
+    that tells no maximum gets none: the port's alone would say nothing of the function)."""
+    return own if own is None or port is None else min(own, port)
 
 
 def netdev_pcie_link(root: Root, netdev: str, errors: list[SourceError]) -> PcieLink:
