@@ -40,6 +40,14 @@ def test_truncated_snmp_line_costs_only_its_protocol(tmp_path):
     assert "Tcp has 1 values for 2 fields" in err.value.what
 
 
+def test_only_the_protocols_asked_for_are_parsed_and_checked(tmp_path):
+    (tmp_path / "proc/net").mkdir(parents=True)
+    (tmp_path / "proc/net/snmp").write_text("Ip: Forwarding DefaultTTL\nIp: 1\nTcp: InSegs OutSegs\nTcp: 10 20\n")
+    assert read_snmp_table(Root(tmp_path), "proc/net/snmp", {"Tcp"}) == {"Tcp": {"InSegs": 10, "OutSegs": 20}}
+    with pytest.raises(PartialTable):  # asked for, the malformed Ip pair is reported
+        read_snmp_table(Root(tmp_path), "proc/net/snmp", {"Ip", "Tcp"})
+
+
 def test_unreadable_file_names_its_path(tmp_path):
     with pytest.raises(SourceError) as err:
         Root(tmp_path).read_int("sys/class/net/eth9/speed")

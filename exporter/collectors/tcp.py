@@ -23,7 +23,7 @@ class TcpCollector:
         samples = []
         for read, fields in ((read_snmp, SNMP_FIELDS), (read_netstat, NETSTAT_FIELDS)):
             try:
-                table = read(self.root)
+                table = read(self.root, {proto for proto, _, _ in fields})
             except PartialTable as e:
                 errors.append(e)
                 table = e.table

@@ -6,29 +6,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from exporter.root import Root, SourceError
 
 SNMP = "proc/net/snmp"  # Ip, Icmp, Tcp, Udp, ...
 NETSTAT = "proc/net/netstat"  # TcpExt, IpExt, ...
 
 
-def read_snmp(root: Root) -> dict[str, dict[str, int]]:
-    return read_snmp_table(root, SNMP)
+def read_snmp(root: Root, protocols: Collection[str] | None = None) -> dict[str, dict[str, int]]:
+    return read_snmp_table(root, SNMP, protocols)
 
 
-def read_netstat(root: Root) -> dict[str, dict[str, int]]:
-    return read_snmp_table(root, NETSTAT)
+def read_netstat(root: Root, protocols: Collection[str] | None = None) -> dict[str, dict[str, int]]:
+    return read_snmp_table(root, NETSTAT, protocols)
 
 
-def read_snmp_table(root: Root, rel: str) -> dict[str, dict[str, int]]:
-    """{protocol: {field: value}}. A malformed pair of lines is reported with its line
-    number and leaves out that protocol only."""
+def read_snmp_table(root: Root, rel: str, protocols: Collection[str] | None = None) -> dict[str, dict[str, int]]:
+    """{protocol: {field: value}}, of the `protocols` asked for (all where None: the others
+    are neither parsed nor checked; netstat holds hundreds of values, of which a reader
+    wants a few). A malformed pair of lines is reported with its line number and leaves
+    out that protocol only."""
     path = str(root.path(rel))
     lines = root.read_text(rel).splitlines()
     out: dict[str, dict[str, int]] = {}
     problems = []
     for i in range(0, len(lines) - 1, 2):
         head_proto, _, head = lines[i].partition(":")
+        if protocols is not None and head_proto not in protocols:
+            continue
         value_proto, _, values = lines[i + 1].partition(":")
         fields, numbers = head.split(), values.split()
         if head_proto != value_proto or len(fields) != len(numbers):
