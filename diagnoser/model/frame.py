@@ -36,6 +36,7 @@ from diagnoser.model.columns import (
 from diagnoser.model.netconfig import METRICS as CONFIG_METRICS
 from diagnoser.model.netconfig import ConfigCollector, ConfigSnapshot, empty_snapshot
 from gpunet import contract as c
+from gpunet.trace import format_labels
 from gpunet.window import rfc3339
 
 # Everything the diagnoser reads: the runtime columns and the configuration facts (the audit).
@@ -291,7 +292,7 @@ class FrameBuilder:
             else pd.DataFrame()
         for name, bad in sorted(self._glitches.items()):  # one line per metric, its first series as the example
             labels, at, _ = bad[0]
-            series = name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+            series = name + format_labels(labels)
             self.warnings.append(f"{sum(n for *_, n in bad)} sample(s) of {name} in {len(bad)} series lay outside "
                                  f"their neighbours' range (a counter only grows: a bad reading) and were left out, "
                                  f"e.g. {series} at {rfc3339(at)}")

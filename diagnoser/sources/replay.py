@@ -27,6 +27,7 @@ from diagnoser.model.frame import WANTED, Frame, FrameBuilder, choose_step
 from diagnoser.model.netconfig import SPARSE
 from diagnoser.sources.exposition import parse_series
 from gpunet import contract as c
+from gpunet.trace import format_labels
 from gpunet.window import LAST_SECOND, rfc3339
 
 BLOCK = 1 << 22  # bytes read at a time
@@ -636,6 +637,12 @@ def _merge_repeated(stream: Iterator[RawSeries], notes: _Warnings) -> list[RawSe
     return out
 
 
+def _where(path: str | Path, s: RawSeries) -> str:
+    """A series as a warning names it: the file, the line of its first sample, the series
+    (cut short: a label value may be any length)."""
+    return f"{path}:{s.line}: {s.name}{format_labels(s.labels)}"[:300]
+
+
 def _seconds_from_milliseconds(path: str | Path, series: list[RawSeries],
                                note: Callable[[str], None]) -> list[RawSeries]:
     """Series whose times are all past any Unix second, in a trace with series wholly in
@@ -666,9 +673,8 @@ def _seconds_from_milliseconds(path: str | Path, series: list[RawSeries],
                         (dropped, "are not Unix seconds, nor milliseconds in the trace's span: left out")):
         if group:
             s = group[0]
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
             instances = sorted({x.labels.get("instance", "")[:80] for x in group})
-            note(f"{path}:{s.line}: {s.name}{{{labels}}}"[:300] + f": sample times like {s.timestamps[0]:.0f} {what}"
+            note(_where(path, s) + f": sample times like {s.timestamps[0]:.0f} {what}"
                  + (f", and in {len(group) - 1} more series" if len(group) > 1 else "")
                  + f" (instance {', '.join(instances[:5])}{', ...' if len(instances) > 5 else ''})")
     left_out = {id(s) for s in dropped}
@@ -686,9 +692,7 @@ def _time_range(path: str | Path, series: list[RawSeries], note: Callable[[str],
     last = float(lasts[lasts <= hi + margin].max())
     strays = [s for s in series if s.timestamps[0] < first or s.timestamps[-1] > last]
     if strays:
-        s = strays[0]
-        labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-        note(f"{path}:{s.line}: {s.name}{{{labels}}}"[:300] + f": samples far outside the trace's time range "
+        note(_where(path, strays[0]) + f": samples far outside the trace's time range "
              f"({first:.0f}..{last:.0f}) ignored" + (f", and in {len(strays) - 1} more series" if len(strays) > 1 else ""))
     return first, last
 

@@ -11,6 +11,9 @@ from gpunet.contract import TCP_RECEIVED, TCP_RETRANSMITTED, TCP_SENT, TCP_TIMEO
 SNMP_FIELDS = (("Tcp", "RetransSegs", TCP_RETRANSMITTED), ("Tcp", "OutSegs", TCP_SENT),
                ("Tcp", "InSegs", TCP_RECEIVED))
 NETSTAT_FIELDS = (("TcpExt", "TCPTimeouts", TCP_TIMEOUTS),)
+# (reader, the protocols it parses, the fields taken from them)
+TABLES = tuple((read, frozenset(proto for proto, _, _ in fields), fields)
+               for read, fields in ((read_snmp, SNMP_FIELDS), (read_netstat, NETSTAT_FIELDS)))
 
 
 class TcpCollector:
@@ -21,9 +24,9 @@ class TcpCollector:
 
     def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
         samples = []
-        for read, fields in ((read_snmp, SNMP_FIELDS), (read_netstat, NETSTAT_FIELDS)):
+        for read, protocols, fields in TABLES:
             try:
-                table = read(self.root, {proto for proto, _, _ in fields})
+                table = read(self.root, protocols)
             except PartialTable as e:
                 errors.append(e)
                 table = e.table
