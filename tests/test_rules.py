@@ -20,7 +20,7 @@ SPEED = 400e9 / 8  # bytes/s of a 400G port
 
 # A healthy window: every node alike, GPUs 20% idle, a little of everything.
 NODE_HEALTHY = {"idle_frac": 0.2, "idle_frac_z": 0.0, "pfc_tx_rate": 0.0, "pfc_tx_rate_z": 0.0, "pfc_rx_rate": 0.0,
-                "loss_rate": 0.0, "loss_rate_z": 0.0, "retrans_ratio": 1e-5, "retrans_ratio_z": 0.0,
+                "pfc_rx_per_nic": 0.0, "loss_rate": 0.0, "loss_rate_z": 0.0, "retrans_ratio": 1e-5, "retrans_ratio_z": 0.0,
                 "throttle_frac": 0.0, "sm_clock": 1.98e9}
 CLUSTER_HEALTHY = {"gpu_time": 8 * 8 * 20.0, "idle_frac": 0.2, "idle_paused_frac": 0.0, "idle_saturated_frac": 0.03,
                    "idle_active_frac": 0.12, "idle_quiet_frac": 0.05, "ecn_per_gb": 1.0, "pfc_rx_rate": 0.0,
@@ -85,11 +85,23 @@ def test_pfc_storm_names_the_node_sending_thousands_of_pauses():
     culprit = NODES[3]
     ctx = window({"idle_paused_frac": 0.6, "idle_frac": 0.7},
                  {culprit: {"pfc_tx_rate": 20000.0, "pfc_tx_rate_z": 50.0},
-                  **{n: {"pfc_rx_rate": 3000.0} for n in NODES if n != culprit}},
+                  **{n: {"pfc_rx_rate": 3000.0, "pfc_rx_per_nic": 1500.0} for n in NODES if n != culprit}},
                  {(culprit, "ens1f1np1"): {"pfc_tx_rate": 20000.0}})
     d = check("pfc_storm", ctx)
     assert d is not None and d.nodes == [culprit] and d.devices == ["ens1f1np1"]
     assert d.evidence["nodes_receiving_pauses"] == 7 and d.confidence == pytest.approx(1.0)
+
+
+def test_pfc_storm_counts_its_victims_by_the_pauses_each_fabric_nic_receives():
+    # 4 pauses a second is a victim's on a one-rail node (4 per NIC) and the background of a
+    # busy fabric on an eight-rail one (0.5 per NIC is the bar)
+    culprit = NODES[0]
+    nodes = {culprit: {"pfc_tx_rate": 20000.0, "pfc_tx_rate_z": 50.0},
+             NODES[1]: {"pfc_rx_rate": 4.0, "pfc_rx_per_nic": 4.0},
+             NODES[2]: {"pfc_rx_rate": 4.0, "pfc_rx_per_nic": 0.5},
+             NODES[3]: {"pfc_rx_rate": 4.0, "pfc_rx_per_nic": float("nan")}}  # its NICs unknown
+    d = check("pfc_storm", window({"idle_paused_frac": 0.6, "idle_frac": 0.7}, nodes))
+    assert d is not None and d.nodes == [culprit] and d.evidence["nodes_receiving_pauses"] == 1
 
 
 def test_pfc_storm_needs_both_the_rate_and_the_standing_out():

@@ -19,6 +19,12 @@ STATES = ("paused", "saturated", "active", "quiet")
 PFC_RX_NODE_PER_NIC = 0.5
 
 
+def receiving_pauses(node: pd.DataFrame) -> pd.Series:
+    """Per node (and window): whether it receives pauses on its fabric NICs (False where
+    unknown)."""
+    return node["pfc_rx_per_nic"] > PFC_RX_NODE_PER_NIC
+
+
 @dataclass
 class Features:
     frame: Frame
@@ -63,6 +69,10 @@ def compute(frame: Frame) -> Features:
         f["other_util"] = n["other_bytes"] / n["other_capacity"]
         f["pfc_tx_rate"] = n["pfc_tx"] / step
         f["pfc_rx_rate"] = n["pfc_rx"] / step
+        # Pauses received per fabric NIC: a congested switch pauses each of its ingress ports
+        # on its own, so the rate per port is what means something; a sum per node would make
+        # the same fabric look eight times as congested on nodes with eight rails as on one.
+        f["pfc_rx_per_nic"] = f["pfc_rx_rate"] / n["fabric_nics"].where(n["fabric_nics"] > 0)
         f["ecn_rate"] = n["ecn"] / step
         f["cnp_rate"] = (n["cnp_sent"].fillna(0) + n["cnp_received"].fillna(0)) / step
         # Congestion marks per gigabyte moved: a busy healthy fabric marks some packets;
@@ -120,18 +130,13 @@ def compute(frame: Frame) -> Features:
     g["throttle_frac_max"] = by["throttle_frac"].max()
     g["other_util_median"] = by["other_util"].median()
     g["other_rate"] = n["other_bytes"].groupby(level="window").sum(min_count=1) / step
-    # Pauses received per fabric NIC: a congested switch pauses each of its ingress ports on
-    # its own, so the rate per port is what means something; a sum per node would make the
-    # same fabric look eight times as congested on nodes with eight rails as with one.
-    fabric_nics = n["fabric_nics"].where(n["fabric_nics"] > 0)
+    # The job's pauses per fabric NIC, over the nodes where both are known: a node's pauses
+    # without its NICs (or NICs without their pauses) would tilt the figure.
+    fabric_nics = n["fabric_nics"].where(f["pfc_rx_per_nic"].notna())
     with np.errstate(all="ignore"):
-        pfc_rx_per_nic = f["pfc_rx_rate"] / fabric_nics
-        # Both over the nodes where both are known: a node's pauses without its NICs (or NICs
-        # without their pauses) would tilt the job's figure.
-        known = f["pfc_rx_rate"].notna() & fabric_nics.notna()
-        g["pfc_rx_per_nic"] = f["pfc_rx_rate"].where(known).groupby(level="window").sum(min_count=1) / \
-            fabric_nics.where(known).groupby(level="window").sum(min_count=1)
-    g["pfc_rx_nodes"] = (pfc_rx_per_nic > PFC_RX_NODE_PER_NIC).groupby(level="window").sum()
+        g["pfc_rx_per_nic"] = f["pfc_rx_rate"].where(fabric_nics.notna()).groupby(level="window").sum(min_count=1) / \
+            fabric_nics.groupby(level="window").sum(min_count=1)
+    g["pfc_rx_nodes"] = receiving_pauses(f).groupby(level="window").sum()
     g["tcp_retrans_rate"] = n["tcp_retrans"].groupby(level="window").sum(min_count=1) / step
     # Quiet idle sustained through the window (median of its sub-windows), not one stall.
     fine = frame.fine

@@ -12,6 +12,7 @@ from diagnoser.analysis.rules.base import (
     any_node,
     others_median,
 )
+from diagnoser.analysis.features import receiving_pauses
 
 # A NIC stuck in XOFF refreshes its pauses every few hundred microseconds, i.e. thousands of
 # frames a second; a healthy DCQCN fabric sends a handful per second at most.
@@ -20,7 +21,6 @@ STORM_TX_RATE = 500.0  # pause frames per second sent by one node
 # pauses at similar rates; a stuck receive path makes one node send far more than the rest.
 # A ratio, not a z-score, so that it holds on 2 or 3 nodes as on 1000.
 STORM_RATIO = 10.0
-VICTIM_RX_RATE = 1.0  # pauses received per second that make a node a victim
 SATURATING_PAUSED_IDLE = 0.2  # GPU idle in paused ticks at which confidence stops growing
 
 
@@ -38,7 +38,8 @@ def check(w: WindowContext) -> Detection | None:
     if not len(storm):
         return None
     culprits = list(storm.sort_values(ascending=False).index)
-    victims = int(((nw["pfc_rx_rate"] > VICTIM_RX_RATE) & ~nw.index.isin(culprits)).sum())
+    # Victims: the other nodes receiving pauses, per fabric NIC as network_congestion counts them.
+    victims = int((receiving_pauses(nw) & ~nw.index.isin(culprits)).sum())
     g = w.cluster
     confidence = 0.6 + 0.4 * min(g["idle_paused_frac"] / SATURATING_PAUSED_IDLE, 1.0) if w.has_gpu else 0.7
     return Detection(culprits, w.devices(culprits, "pfc_tx_rate"), confidence, {
