@@ -284,3 +284,65 @@ def test_a_passing_sample_buffer_error_costs_one_reading_and_an_unsupported_buff
     assert (fake.sample_reads > reads) == reads_samples_again
     assert second == pytest.approx(0.5 if reads_samples_again else 0.2)
     gpus.close()
+
+
+def test_a_gpu_lost_while_running_shows_down_under_its_identity_and_is_set_up_again(tmp_path, fake_nvml,
+                                                                                     monkeypatch):
+    """A GPU that answered, then says NVML_ERROR_GPU_IS_LOST (fell off the bus, being reset):
+    its series show it down under the labels it had, no NVML call is made for it until the
+    back-off passed, and a slow read then sets it up again with a fresh handle; its counters
+    go on from where they were."""
+    from exporter.readers import nvml
+
+    monkeypatch.setattr(nvml, "REOPEN_SECONDS", 0.3)
+    fake = fake_nvml()
+    asked: list[int] = []
+    sampled: list[int] = []
+    get_handle, get_samples = fake.nvmlDeviceGetHandleByIndex, fake.nvmlDeviceGetSamples
+
+    def samples(handle, kind, since_us):
+        sampled.append(handle)
+        if handle == fake.lost:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        return get_samples(handle, kind, since_us)
+
+    fake.nvmlDeviceGetHandleByIndex = lambda i: asked.append(i) or get_handle(i)
+    fake.nvmlDeviceGetSamples = samples
+    for name, value in (("nvmlDeviceGetPowerUsage", 300_000), ("nvmlDeviceGetTemperature", 40),
+                        ("nvmlDeviceGetMemoryInfo", SimpleNamespace(used=1, total=2)),
+                        ("nvmlDeviceGetPcieThroughput", 0)):
+        setattr(fake, name, lambda *args, value=value: value)
+    node = Node(tmp_path)
+    source = GpuSource(NvmlGpus(Root(tmp_path)))
+    node.sampler = Sampler(Root(tmp_path), node.registry, InventoryOptions(), gpus=source,
+                           collectors=["gpu", "gpu_details"])
+    node.tick(now=0.0)
+    node.tick(slow=False, now=0.2)
+    busy = node.value("gpunet_gpu_busy_seconds_total", gpu="1")
+    assert busy == pytest.approx(0.2 * 0.5) and asked.count(1) == 1
+
+    fake.lost = 1
+    node.tick(slow=False, now=0.4)
+    node.tick(now=0.6)
+    node.tick(slow=False, now=0.8)
+    assert [node.value("gpunet_gpu_up", gpu=gpu) for gpu in "012"] == [1.0, 0.0, 1.0]
+    assert sampled.count(1) == 3  # asked at 0.0, 0.2 and 0.4 (lost); not again: it answers why without NVML
+    assert asked.count(1) == 1  # not set up again within the back-off
+    assert source.identities[1].uuid == "GPU-00000001"
+    info = [s for s in node.registry.published()["gpu_details"] if s.metric.name == "gpunet_gpu_info"]
+    assert [s.labels for s in info if s.labels[0] == "1"] == []  # a lost GPU's info goes with its series
+
+    fake.lost = None  # reset: the GPU is back
+    time.sleep(0.35)
+    node.tick(slow=False, now=1.0)
+    assert asked.count(1) == 1  # the fast tick does not set it up
+    node.tick(now=1.2)
+    node.tick(slow=False, now=1.4)
+    node.tick(slow=False, now=1.6)
+    assert asked.count(1) == 2
+    assert [node.value("gpunet_gpu_up", gpu=gpu) for gpu in "012"] == [1.0, 1.0, 1.0]
+    # its busy seconds go on from where they stopped: the ticks after it came back, not the gap
+    assert node.value("gpunet_gpu_busy_seconds_total", gpu="1") == pytest.approx(busy + 0.4 * 0.5)
+    assert source.identities[1].uuid == "GPU-00000001" and fake.inits == 1
+    source.close()
+    assert not fake.gpm_samples  # the lost handle's samples are freed too

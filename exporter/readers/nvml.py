@@ -282,6 +282,11 @@ class NvmlGpus:
         self._unopened: dict[int, SourceError] = {}  # GPUs NVML lists that could not be set up: why
         self._retry_at: dict[int, float] = {}  # unopened GPU -> when to try setting it up again (monotonic)
         self._retrying: set[int] = set()  # unopened GPUs a thread is setting up again now
+        # GPUs set up once and lost since (off the bus, being reset): kept for their identity,
+        # under which they show down, and their GPM samples, freed at close (a slow read on an
+        # abandoned worker may still hold them).
+        self._lost: dict[int, _LiveGpu] = {}
+        self._retired: list[_LiveGpu] = []  # lost GPUs set up again: their old GPM samples
         # Held for moments, never across a call that may hang: a GPU set up again joins the
         # others (the dicts above are replaced, never changed, so that readers on other lanes
         # iterate a whole one), and close() lets them all go.
@@ -291,11 +296,29 @@ class NvmlGpus:
         self._events: object | None = None  # the XID event set, where NVML offers one
         self._xids: dict[tuple[int, int], int] = {}
 
-    def _error(self, where: str, e: Exception) -> SourceError:
+    def _error(self, where: str, e: Exception, index: int | None = None) -> SourceError:
+        """The SourceError for an NVML error; a GPU set up that says it is lost (`index`) is
+        let go, to be set up again (see _lose)."""
         value = getattr(e, "value", None)
         if value == NVML_ERROR_GPU_IS_LOST:
-            return GpuLost(where, f"NVML_ERROR_GPU_IS_LOST: {e}")
+            lost = GpuLost(where, f"NVML_ERROR_GPU_IS_LOST: {e}")
+            if index is not None:
+                self._lose(index, lost)
+            return lost
         return SourceError(where, str(e))
+
+    def _lose(self, index: int, error: GpuLost) -> None:
+        """A GPU that was set up and is lost now: its handle is let go and it is set up again
+        as one that failed at the start is, every REOPEN_SECONDS from a slow read, with a
+        fresh handle (a GPU reset, or a bus rescan after it fell off, brings it back). Until
+        then it answers why, without an NVML call, under the identity it had."""
+        with self._commit:
+            gpu = self._gpus.get(index)
+            if gpu is None or self._nvml is None:
+                return
+            self._gpus = {i: g for i, g in self._gpus.items() if i != index}
+            self._lost = {**self._lost, index: gpu}
+            self._not_set_up(index, error, "lost")
 
     def open(self) -> str:
         try:
@@ -308,6 +331,7 @@ class NvmlGpus:
             raise SourceError("NVML", f"cannot initialise NVML (no NVIDIA driver?): {e}") from e
         self._nvml = pynvml
         self._gpus, self._unopened, self._events, self._xids = {}, {}, None, {}  # a retry starts afresh
+        self._lost, self._retired = {}, []
         self._retry_at = {}
         try:
             for i in range(pynvml.nvmlDeviceGetCount()):
@@ -337,10 +361,11 @@ class NvmlGpus:
         # Last, once nothing else can fail: the samples are freed only with a GPU that was kept.
         return _LiveGpu(handle, ident, gpm_samples=self._gpm_alloc(handle))
 
-    def _not_set_up(self, index: int, e: Exception) -> None:
-        error = self._error(f"NVML gpu {index}", e)
+    def _not_set_up(self, index: int, e: Exception, why: str = "could not be set up") -> None:
+        """(Under _commit, or before the GPUs are shared.)"""
+        error = e if isinstance(e, SourceError) else self._error(f"NVML gpu {index}", e)
         self._unopened = {**self._unopened, index: type(error)(
-            error.where, f"{error.what} (could not be set up; tried again every {REOPEN_SECONDS:g}s)")}
+            error.where, f"{error.what} ({why}; set up again every {REOPEN_SECONDS:g}s)")}
         self._retry_at[index] = time.monotonic() + REOPEN_SECONDS
 
     def _set_up_again(self, index: int) -> None:
@@ -362,7 +387,7 @@ class NvmlGpus:
             except Exception as e:  # noqa: BLE001 - NVMLError of any kind: still not
                 with self._commit:
                     if self._nvml is nv:
-                        self._not_set_up(index, e)
+                        self._not_set_up(index, e, "lost" if index in self._lost else "could not be set up")
                 return
             with self._commit:
                 if self._nvml is not nv:  # closed meanwhile: nothing keeps it
@@ -375,6 +400,9 @@ class NvmlGpus:
                         pass
                 self._gpus = {**self._gpus, index: gpu}
                 self._unopened = {i: e for i, e in self._unopened.items() if i != index}
+                if index in self._lost:
+                    self._retired.append(self._lost[index])
+                    self._lost = {i: g for i, g in self._lost.items() if i != index}
                 self._retry_at.pop(index, None)
                 self.generation += 1
         finally:
@@ -415,7 +443,7 @@ class NvmlGpus:
     def _close(self) -> None:
         if self._nvml is not None:
             # nvmlShutdown does not free GPM samples: a failed open retried would leak them.
-            for gpu in self._gpus.values():
+            for gpu in [*self._gpus.values(), *self._lost.values(), *self._retired]:
                 samples, gpu.gpm_samples = gpu.gpm_samples, []
                 _free_gpm(self._nvml, samples)
             if self._events is not None:
@@ -434,8 +462,8 @@ class NvmlGpus:
         """Every GPU NVML lists; one that could not be set up with only its index known, so
         that its series show it down (each read raises why)."""
         with self._commit:  # both of one moment: a GPU set up meanwhile is in one of them, once
-            gpus, not_set_up = self._gpus, self._unopened
-        unopened = [GpuIdentity(i, "", "", "", "") for i in not_set_up]
+            gpus, not_set_up, lost = self._gpus, self._unopened, self._lost
+        unopened = [lost[i].identity if i in lost else GpuIdentity(i, "", "", "", "") for i in not_set_up]
         return sorted([*(g.identity for g in gpus.values()), *unopened], key=lambda g: g.index)
 
     def _live(self, index: int, retry: bool = False) -> _LiveGpu:
@@ -460,7 +488,7 @@ class NvmlGpus:
             except AttributeError:
                 mask = nv.nvmlDeviceGetCurrentClocksThrottleReasons(gpu.handle)
         except Exception as e:  # noqa: BLE001
-            raise self._error(where, e) from e
+            raise self._error(where, e, index) from e
         return GpuActivity(utilization, clock, reasons_from_mask(mask))
 
     def _utilization(self, gpu: _LiveGpu) -> float:
@@ -492,7 +520,7 @@ class NvmlGpus:
             return fn(self._live(index).handle, *args)
         except self._nvml.NVMLError as e:
             if e.value == NVML_ERROR_GPU_IS_LOST:
-                raise self._error(f"NVML gpu {index}", e) from e
+                raise self._error(f"NVML gpu {index}", e, index) from e
             return None
 
     def details(self, index: int) -> GpuDetails:
@@ -557,7 +585,7 @@ class NvmlGpus:
                     raise
                 procs = [p for h in self._mig_handles(gpu) for p in nv.nvmlDeviceGetComputeRunningProcesses(h)]
         except Exception as e:  # noqa: BLE001
-            raise self._error(f"NVML gpu {index} compute processes", e) from e
+            raise self._error(f"NVML gpu {index} compute processes", e, index) from e
         # usedGpuMemory is None where the driver cannot say (no permission, MIG).
         return [GpuProcess(int(p.pid), float(p.usedGpuMemory) if p.usedGpuMemory is not None else None)
                 for p in procs]

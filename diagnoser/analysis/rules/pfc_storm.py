@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from diagnoser.analysis.features import receiving_pauses
 from diagnoser.analysis.rules.base import (
     BottleneckClass,
     Detection,
@@ -12,7 +13,6 @@ from diagnoser.analysis.rules.base import (
     any_node,
     others_median,
 )
-from diagnoser.analysis.features import receiving_pauses
 
 # A NIC stuck in XOFF refreshes its pauses every few hundred microseconds, i.e. thousands of
 # frames a second; a healthy DCQCN fabric sends a handful per second at most.
