@@ -255,7 +255,29 @@ def test_a_value_that_is_no_number_is_dropped_with_a_warning(tmp_path, base_line
     key, _, ts = lines[at].rsplit(" ", 2)
     lines[at] = f"{key} 12x4 {ts}"
     trace = write(tmp_path / "nan.om.gz", lines)
-    recovered(diagnose("--replay", str(trace), "--format", "json"), clean_findings, "12x4")
+    warnings = recovered(diagnose("--replay", str(trace), "--format", "json"), clean_findings,
+                         f"{trace}:{at + 1}: not a number: value '12x4'")
+    # said once, as what it is: not counted again among the NaN or negative values, no bytes repr
+    assert not [w for w in warnings if "NaN" in w or "b'" in w], warnings
+
+
+def test_a_line_of_four_fields_is_named_as_such_not_as_unterminated_labels(tmp_path, base_lines, clean_findings):
+    lines = list(base_lines)
+    at = series_lines(lines, TX)[9]
+    lines[at] += " 7"
+    trace = write(tmp_path / "four.om.gz", lines)
+    warnings = recovered(diagnose("--replay", str(trace), "--format", "json"), clean_findings, f"{trace}:{at + 1}:")
+    assert any("more fields than 'series value timestamp'" in w for w in warnings), warnings
+    assert not [w for w in warnings if "unterminated" in w or "b'" in w], warnings
+
+
+def test_a_sample_without_a_metric_name_is_named_as_such(tmp_path, base_lines, clean_findings):
+    lines = list(base_lines)
+    at = series_lines(lines, TX)[9]
+    lines[at] = lines[at][len(TX):]
+    trace = write(tmp_path / "noname.om.gz", lines)
+    recovered(diagnose("--replay", str(trace), "--format", "json"), clean_findings,
+              f"a sample without a metric name (line {at + 1})")
 
 
 def test_a_last_line_cut_short_is_skipped_with_a_warning(tmp_path, base_lines, clean_findings):

@@ -17,6 +17,10 @@ def parse_series(key: str) -> tuple[str, dict[str, str]]:
     if not brace:
         return name, {}
     if not rest.endswith("}"):
+        after = rest.rfind("} ")
+        if after >= 0:  # a line of more than 'series value timestamp': its key ran on past the labels
+            raise ValueError(f"more fields than 'series value timestamp' ({rest[after + 2:][:30]!r} after "
+                             "the label set)")
         raise ValueError("unterminated label set")
     body = rest[:-1]
     if _ALL_PLAIN.fullmatch(body):

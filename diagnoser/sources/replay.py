@@ -310,13 +310,13 @@ class _TraceReader:
 
     def _malformed_line(self, line: int, text: bytes) -> None:
         self.notes("malformed sample lines", f"{self.path}:{line}: expected 'series value timestamp' (every sample "
-                   f"of a trace has a timestamp): {text[:120]!r}: line skipped")
+                   f"of a trace has a timestamp): {_text(text, 120)!r}: line skipped")
 
     def _outside_contract(self, line: int, name: str) -> None:
         self.unknown += 1
         self.unknown_first = self.unknown_first or line
         if len(self.unknown_named) < MAX_NAMED:
-            self.unknown_named.append(f"{name[:80]} (line {line})")
+            self.unknown_named.append(f"{name[:80] or 'a sample without a metric name'} (line {line})")
 
     # --- a series, whole ---------------------------------------------------------------------------
     def _flush(self) -> RawSeries | None:
@@ -336,7 +336,7 @@ class _TraceReader:
             name, labels = parse_series(key.decode("utf-8", "replace"))
         except ValueError as e:
             count = sum(len(p.values) for p in parts)
-            self.notes("malformed series", f"{where}: {e}: {key[:120]!r}: its {count} samples skipped")
+            self.notes("malformed series", f"{where}: {e}: {_text(key, 120)!r}: its {count} samples skipped")
             return None
         if len(parts) == 1 and isinstance(parts[0], _Parsed) and parts[0].clean:  # nothing to repair
             return RawSeries(name, labels, self._shared(parts[0].stamps), parts[0].values, self.key_line)
@@ -383,12 +383,14 @@ class _TraceReader:
         values, stamps, line = part.values, part.stamps, part.line
         try:
             return np.array(values).astype(np.float64), np.array(stamps).astype(np.float64)
-        except ValueError:  # some are no numbers: those become NaN, dropped with the rest
-            bad = next(i for i, (a, b) in enumerate(zip(values, stamps)) if not _is_number(a) or not _is_number(b))
-            self.notes("samples that are no numbers", f"{self.path}:{line + bad}: not a number: "
-                       f"{values[bad][:40]!r} {stamps[bad][:40]!r}: dropped")
-            return (np.array([float(a) if _is_number(a) else np.nan for a in values]),
-                    np.array([float(b) if _is_number(b) else np.nan for b in stamps]))
+        except ValueError:  # some are no numbers: those are dropped here, and said so once
+            numbers = [_is_number(a) and _is_number(b) for a, b in zip(values, stamps)]
+            bad = numbers.index(False)
+            self.notes("samples that are no numbers", f"{self.path}:{line + bad}: not a number: value "
+                       f"{_text(values[bad])!r}, timestamp {_text(stamps[bad])!r}: "
+                       f"{len(numbers) - sum(numbers)} such samples of the series dropped")
+            return (np.array([float(a) for a, ok in zip(values, numbers) if ok], np.float64),
+                    np.array([float(b) for b, ok in zip(stamps, numbers) if ok], np.float64))
 
 
 @dataclass
@@ -577,6 +579,11 @@ def _ahead(produce: Callable[[], Iterator[_T]], depth: int = 4) -> Iterator[_T]:
     finally:
         stop.set()
         thread.join()
+
+
+def _text(field: bytes, limit: int = 40) -> str:
+    """A field (or a line) of a damaged trace, as a warning shows it."""
+    return field[:limit].decode("utf-8", "replace")
 
 
 def _is_number(text: bytes) -> bool:
