@@ -16,6 +16,11 @@ sends (0: never), and reports over --seconds after a warm-up:
    (time.thread_time around each, inside the exporter): gathering the families (`families`),
    formatting them (`format`), gzip, and the whole `render` with its cache.
 
+3. the floor: what a bare Python thread that does nothing but wake every fast interval
+   (0.2 s, as the fast lane) costs on this machine, measured after the exporter stopped
+   (--floor-seconds; 0 skips). On a VM a wake is not free: it is the part of the fast lane's
+   cost that any sampler at that rate pays, whatever it reads.
+
 The figures are those of a process on a shared machine: a part that runs just after a
 thread woke up costs more than the same part run again at once (bench/profile_sampler.py
 times both). Compare variants of the code in alternating runs of the same length.
@@ -119,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", help="fixture root (default: a fresh bench/make_fixture.py node)")
     p.add_argument("--no-gpus", action="store_true", help="the generated fixture without nvml.json")
     p.add_argument("--gpunet-args", default="", metavar="ARGS", help="extra arguments for gpunet-exporter")
+    p.add_argument("--floor-seconds", type=float, default=20.0,
+                   help="seconds of a bare thread waking every 0.2 s, for the floor (0 skips; default 20)")
     args = p.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="gpunet-threads-") as tmp:
@@ -171,7 +178,42 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n{'render, by part and thread (whole run)':40s} {'calls':>6s} {'CPU ms a call':>14s}")
             for thread, part, n, seconds in sorted(rows, key=lambda r: (r[0], r[1])):
                 print(f"{thread + ': ' + part:40s} {n:6d} {1e3 * seconds / max(n, 1):14.3f}")
+    if args.floor_seconds > 0:
+        interval = 0.2
+        ns = wake_floor(interval, args.floor_seconds)
+        print(f"\nthe floor: a bare Python thread waking every {interval:g} s, nothing else: "
+              f"{100 * ns / 1e9 / args.floor_seconds:.3f}% of a core, "
+              f"{ns / 1e3 / (args.floor_seconds / interval):.0f} us of CPU a wake")
     return 0
+
+
+def wake_floor(interval: float, seconds: float) -> int:
+    """CPU ns (schedstat, kernel time included) of a thread that only sleeps until its next
+    tick, as a lane does, for `seconds`."""
+    import queue
+    import threading
+
+    measured: list[int] = []
+
+    def schedstat_ns() -> int:
+        return int(Path(f"/proc/self/task/{threading.get_native_id()}/schedstat").read_text().split()[0])
+
+    def sleeper() -> None:
+        wakes: queue.SimpleQueue[None] = queue.SimpleQueue()  # never put: each get times out, as a lane's
+        deadline = time.monotonic()
+        start = schedstat_ns()
+        for _ in range(round(seconds / interval)):
+            deadline += interval
+            try:
+                wakes.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                pass
+        measured.append(schedstat_ns() - start)
+
+    thread = threading.Thread(target=sleeper, name="floor")
+    thread.start()
+    thread.join()
+    return measured[0]
 
 
 if __name__ == "__main__":
