@@ -14,6 +14,7 @@ import pytest
 
 from diagnoser.analysis.features import compute
 from diagnoser.model.columns import counter_increase
+from diagnoser.pipeline import diagnose
 from diagnoser.sources import Source, read_frame
 from gpunet.trace import write_series
 
@@ -258,3 +259,50 @@ def test_pauses_received_are_a_rate_per_fabric_nic(tmp_path):
     # the node figure stays the node's sum: 2 and 16 a second
     node_rate = f.node["pfc_rx_rate"].unstack("instance").loc[per_nic.index]
     assert node_rate.mean().to_numpy() == pytest.approx([2.0, 2.0, 16.0, 16.0], rel=0.05)
+
+
+# --- features: a cluster-wide stall cut by each node's scrapes at its own moment -------------
+
+def test_a_node_whose_scrapes_cut_a_stall_elsewhere_is_no_straggler(tmp_path):
+    """Eight nodes scraped every 60 s (240 s windows), seven 2 s after each minute and one
+    58 s after it; every GPU stalls for 90 s across a window's edge (a checkpoint). A scrape's
+    growth falls in the window the scrape is in: the seven put the whole stall in the window
+    after the edge (their scrape 2 s after it holds the 57 s before), the late node 53 s of it
+    in the window before. So in the window after the edge it seems to idle far less than its
+    peers, in the one before far more; over the window and its neighbours it idled as they
+    did. No straggler."""
+    step, edge = 240.0, START + 12 * 240.0
+    stall = (edge - 55.0, edge + 35.0)
+
+    def idle_seconds(t: float) -> float:  # 20% idle, and all of the stall
+        inside = max(0.0, min(t, stall[1]) - stall[0])
+        return 0.2 * (t - START - inside) + inside
+
+    late = "node-003:9845"
+    series: list[tuple[str, dict[str, str], list[float], list[float]]] = []
+    for k in range(8):
+        base = {"instance": f"node-{k:03d}:9845", "job": "gpunet"}
+        ts = [START + (58.0 if base["instance"] == late else 2.0) + 60.0 * i for i in range(60)]
+        for g in GPUS:
+            series.append(("gpunet_gpu_busy_seconds_total", {**base, "gpu": g}, ts,
+                           [t - START - idle_seconds(t) for t in ts]))
+            series.append(("gpunet_gpu_idle_seconds_total", {**base, "gpu": g, "network_state": "quiet"}, ts,
+                           [idle_seconds(t) for t in ts]))
+        nic = {**base, "device": "ens1f0np0"}
+        for name in ("gpunet_nic_transmit_bytes_total", "gpunet_nic_receive_bytes_total"):
+            series.append((name, nic, ts, [1e9 * (t - START) for t in ts]))
+        series.append(("gpunet_nic_up", nic, ts, [1.0] * len(ts)))
+        series.append(("gpunet_nic_link_speed_bytes_per_second", nic, ts, [50e9] * len(ts)))
+    trace = tmp_path / "stall.om.gz"
+    write_series(trace, series)
+    f = compute(read_frame(Source(replay=str(trace))))
+    assert f.frame.step == step
+    idle = f.node["idle_frac"].unstack("instance")
+    # the timing: in the window after the edge the late node idles ~18 points less ...
+    assert idle.loc[edge].drop(late).median() - idle.at[edge, late] > 0.15
+    assert idle.at[edge - step, late] - idle.loc[edge - step].drop(late).median() > 0.15  # ... more before it
+    # over the three windows it idled as its peers did
+    span = f.node["idle_frac_span"].unstack("instance").loc[edge]
+    assert abs(span[late] - span.drop(late).median()) < 0.01
+    findings = diagnose(Source(replay=str(trace))).findings
+    assert "straggler" not in [x.cls for x in findings], findings

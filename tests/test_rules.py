@@ -40,6 +40,8 @@ def window(cluster: dict | None = None, nodes: dict[str, dict] | None = None, ni
     rows = {n: dict(NODE_HEALTHY) for n in NODES}
     for n, figures in (nodes or {}).items():
         rows[n].update(figures)
+    for figures in rows.values():  # over the window and its neighbours: as in the window unless told
+        figures.setdefault("idle_frac_span", figures["idle_frac"])
     node = pd.DataFrame.from_dict(rows, orient="index")
     node.index.name = "instance"
     nic_rows = {(n, d): {"speed": SPEED, "up": 1.0, "carrier_changes": 0.0, "pfc_tx_rate": 0.0, "loss_rate": 0.0,
@@ -264,6 +266,18 @@ def test_straggler_is_the_node_its_peers_wait_for():
     assert d is not None and d.nodes == [NODES[2]]
     figures = d.evidence["node_gpu_idle"][NODES[2]]
     assert figures["value"] == 0.02 and figures["peers_median"] == 0.2 and figures["ratio"] == pytest.approx(0.1)
+
+
+def test_a_node_that_gives_its_idle_back_in_the_next_window_is_no_straggler():
+    """A cluster-wide stall ending near a window's edge: one node's scrapes put part of its
+    idle in the next window, so here it seems to idle less; over the window and its
+    neighbours it idled as its peers did. A node slow in this window alone keeps a third of
+    its gap over the three."""
+    timing = {NODES[2]: {"idle_frac": 0.11, "idle_frac_z": -9.0, "idle_frac_span": 0.199}}
+    assert check("straggler", window({"idle_frac": 0.27}, timing)) is None
+    slow = {NODES[2]: {"idle_frac": 0.11, "idle_frac_z": -9.0, "idle_frac_span": 0.2 - 0.09 / 3}}
+    d = check("straggler", window({"idle_frac": 0.27}, slow))
+    assert d is not None and d.nodes == [NODES[2]]
 
 
 def test_no_straggler_inside_a_storm_that_stalls_every_gpu():

@@ -19,6 +19,20 @@ STATES = ("paused", "saturated", "active", "quiet")
 PFC_RX_NODE_PER_NIC = 0.5
 
 
+def idle_over_neighbours(f: pd.DataFrame) -> pd.Series:
+    """Per node and window: its idle fraction over the window and the windows either side.
+    Each node's counters are sampled at its own scrape times, so a cluster-wide stall that
+    starts or ends near a window's edge falls partly in the next window on one node and not
+    on another (up to a scrape interval's worth each side). Idle is conserved across the
+    edge: what one window lacks, its neighbour holds."""
+    idle_seconds = (f["idle_frac"] * f["gpu_time"]).unstack("instance")
+    known_time = f["gpu_time"].where(f["idle_frac"].notna()).unstack("instance")
+    spans = {"min_periods": 1, "center": True}
+    with np.errstate(all="ignore"):
+        span = idle_seconds.rolling(3, **spans).sum() / known_time.rolling(3, **spans).sum().replace(0, np.nan)
+    return span.where(idle_seconds.notna()).stack(future_stack=True).reorder_levels(f.index.names).reindex(f.index)
+
+
 def receiving_pauses(node: pd.DataFrame) -> pd.Series:
     """Per node (and window): whether it receives pauses on its fabric NICs (False where
     unknown)."""
@@ -94,6 +108,7 @@ def compute(frame: Frame) -> Features:
         # its network_state seconds, not a sum over NICs and directions.
         states = n[[f"state_{s}" for s in STATES]].sum(axis=1, min_count=1)
         f["state_sat_frac"] = n["state_saturated"] / states.where(states > 0)
+    f["idle_frac_span"] = idle_over_neighbours(f)
     f["sm_clock"] = n["sm_clock"]
     f["carrier_changes"] = n["carrier_changes"]
     f["nics_down"] = n["nics_down"]
