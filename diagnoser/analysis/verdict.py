@@ -12,7 +12,7 @@ import numpy as np
 
 from diagnoser.analysis.features import STATES, Features
 from diagnoser.analysis.rules.base import EXCESS_IDLE, MIN_PEERS
-from diagnoser.model.frame import Frame, choose_step
+from diagnoser.model.frame import FINE, Frame, choose_step
 from diagnoser.model.report import FINDINGS, HEALTHY, INCONCLUSIVE, Finding
 
 # Whole windows a verdict needs: the job's baseline is its quieter windows (a quantile), and
@@ -84,12 +84,19 @@ def unexplained_idle(features: Features, explained: set[float], base: float) -> 
     excess = (g["idle_frac"] - base).to_numpy()
     covered = np.isin(g.index.to_numpy(dtype=float), sorted(explained))
     high = (np.nan_to_num(excess) >= UNEXPLAINED_IDLE) & ~covered
-    # Sustained: a run of consecutive windows (a checkpoint's stall fills one window at most).
-    run, longest = 0, 0
-    for h in high:
-        run = run + 1 if h else 0
-        longest = max(longest, run)
-    if longest < UNEXPLAINED_WINDOWS:
+    # Sustained: a run of consecutive windows, high for longer than one window in all (a
+    # checkpoint's stall fills one window at most, but may straddle an edge and raise two).
+    high_fine = _high_sub_windows(features, base)
+    run = fine_in_run = 0
+    sustained = False
+    for k, h in enumerate(high):
+        if not h:
+            run = fine_in_run = 0
+            continue
+        run += 1
+        fine_in_run += FINE if high_fine is None else int(high_fine[k])
+        sustained |= run >= UNEXPLAINED_WINDOWS and fine_in_run > FINE
+    if not sustained:
         return []
     worst = int(np.nanargmax(np.where(high, g["idle_frac"].to_numpy(), -np.inf)))
     states = {s: float(np.nan_to_num(g[f"idle_{s}_frac"].iloc[worst])) for s in STATES}
@@ -97,6 +104,19 @@ def unexplained_idle(features: Features, explained: set[float], base: float) -> 
     return [f"GPU idle reached {g['idle_frac'].iloc[worst]:.0%} (the job's baseline is {base:.0%}) in "
             f"{int(high.sum())} windows of {step:.0f} s that no rule explains; most of it "
             f"{STATE_WORDS.get(state, state)}: a cause outside what these series show"]
+
+
+def _high_sub_windows(features: Features, base: float) -> np.ndarray | None:
+    """Per window, how many of its FINE sub-windows hold GPU idle UNEXPLAINED_IDLE or more
+    above the baseline; None where the frame has no sub-windows."""
+    fine, n = features.frame.fine, len(features.cluster)
+    idle_columns = [f"idle_{s}" for s in STATES if f"idle_{s}" in fine]
+    if "busy" not in fine or not idle_columns or len(fine) < n * FINE:
+        return None
+    total = (fine["busy"] + fine[idle_columns].sum(axis=1)).to_numpy()[: n * FINE]
+    with np.errstate(all="ignore"):
+        idle = 1 - fine["busy"].to_numpy()[: n * FINE] / total
+    return (np.nan_to_num(idle - base) >= UNEXPLAINED_IDLE).reshape(n, FINE).sum(axis=1)
 
 
 def too_few_peers(features: Features) -> list[str]:
