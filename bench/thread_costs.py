@@ -2,7 +2,7 @@
 """Where a running gpunet-exporter spends its CPU: per thread, and per part of a scrape's render.
 
     python bench/thread_costs.py [--seconds 60] [--scrape-interval 1] [--no-gpus] [--root DIR]
-                                 [--gpunet-args ARGS]
+                                 [--gpunet-args ARGS] [--floor-seconds 20]
 
 Runs gpunet-exporter as `gpunet-exporter` runs (over a fresh bench/make_fixture.py node with
 8 ports and 8 GPUs by default), each of its threads named for the kernel after its role,
@@ -14,12 +14,12 @@ sends (0: never), and reports over --seconds after a warm-up:
    loop (which serves the scrapes);
 2. per part of the render and per thread that rendered: calls, and CPU per call
    (time.thread_time around each, inside the exporter): gathering the families (`families`),
-   formatting them (`format`), gzip, and the whole `render` with its cache.
-
+   formatting them (`format`), gzip, and the whole `render` with its cache;
 3. the floor: what a bare Python thread that does nothing but wake every fast interval
-   (0.2 s, as the fast lane) costs on this machine, measured after the exporter stopped
-   (--floor-seconds; 0 skips). On a VM a wake is not free: it is the part of the fast lane's
-   cost that any sampler at that rate pays, whatever it reads.
+   (the exporter's, 0.2 s unless --gpunet-args sets --fast-interval) costs on this machine,
+   measured after the exporter stopped (--floor-seconds; 0 skips). On a VM a wake is not
+   free: it is the part of the fast lane's cost that any sampler at that rate pays,
+   whatever it reads.
 
 The figures are those of a process on a shared machine: a part that runs just after a
 thread woke up costs more than the same part run again at once (bench/profile_sampler.py
@@ -32,10 +32,12 @@ import argparse
 import atexit
 import json
 import os
+import queue
 import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -51,7 +53,6 @@ def child(out: str, exporter_args: list[str]) -> None:
     import ctypes
     import gzip
     import runpy
-    import threading
     from collections import defaultdict
 
     sys.path.insert(0, str(REPO))
@@ -116,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     import exporter_vs_node_exporter as bench
     import make_fixture
 
+    from exporter.settings import build_parser
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--seconds", type=float, default=60.0, help="measured window (default 60)")
@@ -179,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             for thread, part, n, seconds in sorted(rows, key=lambda r: (r[0], r[1])):
                 print(f"{thread + ': ' + part:40s} {n:6d} {1e3 * seconds / max(n, 1):14.3f}")
     if args.floor_seconds > 0:
-        interval = 0.2
+        given = build_parser().parse_known_args(shlex.split(args.gpunet_args))[0]
+        interval = given.fast_interval
         ns = wake_floor(interval, args.floor_seconds)
         print(f"\nthe floor: a bare Python thread waking every {interval:g} s, nothing else: "
               f"{100 * ns / 1e9 / args.floor_seconds:.3f}% of a core, "
@@ -190,9 +194,6 @@ def main(argv: list[str] | None = None) -> int:
 def wake_floor(interval: float, seconds: float) -> int:
     """CPU ns (schedstat, kernel time included) of a thread that only sleeps until its next
     tick, as a lane does, for `seconds`."""
-    import queue
-    import threading
-
     measured: list[int] = []
 
     def schedstat_ns() -> int:

@@ -290,24 +290,41 @@ def test_a_gpu_lost_while_running_shows_down_under_its_identity_and_is_set_up_ag
                                                                                      monkeypatch):
     """A GPU that answered, then says NVML_ERROR_GPU_IS_LOST (fell off the bus, being reset):
     its series show it down under the labels it had, no NVML call is made for it until the
-    back-off passed, and a slow read then sets it up again with a fresh handle; its counters
-    go on from where they were."""
+    back-off passed, the XID that comes with the loss is still its own, and a slow read then
+    sets it up again with a fresh handle; its counters go on from where they were. A late
+    answer from the old handle (a call that hung through the set-up) changes nothing."""
     from exporter.readers import nvml
 
-    monkeypatch.setattr(nvml, "REOPEN_SECONDS", 0.3)
+    clock = [1000.0]  # the back-off's clock, moved by hand: the ticks' own times are given
+    monkeypatch.setattr(nvml, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     fake = fake_nvml()
     asked: list[int] = []
     sampled: list[int] = []
+    events: list[SimpleNamespace] = []
     get_handle, get_samples = fake.nvmlDeviceGetHandleByIndex, fake.nvmlDeviceGetSamples
+    stale: set[int] = set()  # handles of a GPU reset since
 
-    def samples(handle, kind, since_us):
-        sampled.append(handle)
-        if handle == fake.lost:
+    def handle(i):  # a fresh handle each time a GPU is set up: 1, then 101, ...
+        asked.append(i)
+        return get_handle(i) + 100 * (asked.count(i) - 1)
+
+    def samples(h, kind, since_us):
+        sampled.append(h % 100)
+        if h % 100 == fake.lost or h in stale:
             raise NVMLError(NVML_ERROR_GPU_IS_LOST)
-        return get_samples(handle, kind, since_us)
+        return get_samples(h % 100, kind, since_us)
 
-    fake.nvmlDeviceGetHandleByIndex = lambda i: asked.append(i) or get_handle(i)
+    def wait(event_set, timeout_ms):
+        if not events:
+            raise NVMLError(NVML_ERROR_TIMEOUT)
+        return events.pop()
+
+    fake.nvmlDeviceGetHandleByIndex = handle
     fake.nvmlDeviceGetSamples = samples
+    fake.nvmlEventSetWait = wait
+    for name in ("nvmlDeviceGetPciInfo", "nvmlDeviceGetUUID", "nvmlDeviceGetNumaNodeId"):
+        plain = getattr(fake, name)
+        setattr(fake, name, lambda h, plain=plain: plain(h % 100))
     for name, value in (("nvmlDeviceGetPowerUsage", 300_000), ("nvmlDeviceGetTemperature", 40),
                         ("nvmlDeviceGetMemoryInfo", SimpleNamespace(used=1, total=2)),
                         ("nvmlDeviceGetPcieThroughput", 0)):
@@ -320,20 +337,24 @@ def test_a_gpu_lost_while_running_shows_down_under_its_identity_and_is_set_up_ag
     node.tick(slow=False, now=0.2)
     busy = node.value("gpunet_gpu_busy_seconds_total", gpu="1")
     assert busy == pytest.approx(0.2 * 0.5) and asked.count(1) == 1
+    old = source.backend._gpus[1]
 
     fake.lost = 1
     node.tick(slow=False, now=0.4)
+    events.append(SimpleNamespace(device=old.handle, eventData=79))  # drained by the next slow tick
     node.tick(now=0.6)
     node.tick(slow=False, now=0.8)
     assert [node.value("gpunet_gpu_up", gpu=gpu) for gpu in "012"] == [1.0, 0.0, 1.0]
     assert sampled.count(1) == 3  # asked at 0.0, 0.2 and 0.4 (lost); not again: it answers why without NVML
     assert asked.count(1) == 1  # not set up again within the back-off
-    assert source.identities[1].uuid == "GPU-00000001"
+    assert source.backend.gpus()[1].uuid == "GPU-00000001"  # listed as the GPU it was
+    assert source.backend.xid_counts() == {(1, 79): 1}
     info = [s for s in node.registry.published()["gpu_details"] if s.metric.name == "gpunet_gpu_info"]
     assert [s.labels for s in info if s.labels[0] == "1"] == []  # a lost GPU's info goes with its series
 
     fake.lost = None  # reset: the GPU is back
-    time.sleep(0.35)
+    stale.add(old.handle)
+    clock[0] += nvml.REOPEN_SECONDS
     node.tick(slow=False, now=1.0)
     assert asked.count(1) == 1  # the fast tick does not set it up
     node.tick(now=1.2)
@@ -344,5 +365,11 @@ def test_a_gpu_lost_while_running_shows_down_under_its_identity_and_is_set_up_ag
     # its busy seconds go on from where they stopped: the ticks after it came back, not the gap
     assert node.value("gpunet_gpu_busy_seconds_total", gpu="1") == pytest.approx(busy + 0.4 * 0.5)
     assert source.identities[1].uuid == "GPU-00000001" and fake.inits == 1
+
+    # the old handle answers late, from a call that hung through the set-up: nothing changes
+    late = source.backend._failed(old, "NVML gpu 1", NVMLError(NVML_ERROR_GPU_IS_LOST))
+    assert "NVML_ERROR_GPU_IS_LOST" in str(late)
+    node.tick(slow=False, now=1.8)
+    assert node.value("gpunet_gpu_up", gpu="1") == 1.0 and source.backend._gpus[1] is not old
     source.close()
     assert not fake.gpm_samples  # the lost handle's samples are freed too

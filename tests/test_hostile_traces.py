@@ -261,13 +261,28 @@ def test_a_value_that_is_no_number_is_dropped_with_a_warning(tmp_path, base_line
     assert not [w for w in warnings if "NaN" in w or "b'" in w], warnings
 
 
+def test_a_negative_counter_after_a_value_that_is_no_number_is_named_at_its_own_line(tmp_path, base_lines,
+                                                                                      clean_findings):
+    lines = list(base_lines)
+    at = series_lines(lines, TX)
+    key, _, ts = lines[at[9]].rsplit(" ", 2)
+    lines[at[9]] = f"{key} 12x4 {ts}"
+    key, _, ts = lines[at[14]].rsplit(" ", 2)
+    lines[at[14]] = f"{key} -5 {ts}"
+    trace = write(tmp_path / "two.om.gz", lines)
+    recovered(diagnose("--replay", str(trace), "--format", "json"), clean_findings,
+              f"{trace}:{at[9] + 1}: not a number", f"1 samples with a NaN, infinite, negative or impossible (over "
+              f"1e21) value or timestamp dropped (the first at line {at[14] + 1})")
+
+
 def test_a_line_of_four_fields_is_named_as_such_not_as_unterminated_labels(tmp_path, base_lines, clean_findings):
     lines = list(base_lines)
     at = series_lines(lines, TX)[9]
+    value = lines[at].rsplit(" ", 2)[1]
     lines[at] += " 7"
     trace = write(tmp_path / "four.om.gz", lines)
     warnings = recovered(diagnose("--replay", str(trace), "--format", "json"), clean_findings, f"{trace}:{at + 1}:")
-    assert any("more fields than 'series value timestamp'" in w for w in warnings), warnings
+    assert any(f"text after the label set: '{value}' (a field too many?)" in w for w in warnings), warnings
     assert not [w for w in warnings if "unterminated" in w or "b'" in w], warnings
 
 

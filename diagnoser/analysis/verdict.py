@@ -19,7 +19,8 @@ from diagnoser.model.report import FINDINGS, HEALTHY, INCONCLUSIVE, Finding
 # an incident must be told from the windows around it. Fewer, and there is nothing to compare.
 MIN_WINDOWS = 4
 # GPU idle this far above the job's baseline, in this many consecutive windows, is too much to call
-# healthy when no rule explains it (several times what a finding needs: not noise).
+# healthy when no rule explains it (several times what a finding needs: not noise); in
+# exactly that many, only where it was high for longer than one window in all (see below).
 UNEXPLAINED_IDLE = 3 * EXCESS_IDLE
 UNEXPLAINED_WINDOWS = 2
 # Idle in one network state, as a share of GPU time, worth naming when the NIC series are absent.
@@ -84,8 +85,9 @@ def unexplained_idle(features: Features, explained: set[float], base: float) -> 
     excess = (g["idle_frac"] - base).to_numpy()
     covered = np.isin(g.index.to_numpy(dtype=float), sorted(explained))
     high = (np.nan_to_num(excess) >= UNEXPLAINED_IDLE) & ~covered
-    # Sustained: a run of consecutive windows, high for longer than one window in all (a
-    # checkpoint's stall fills one window at most, but may straddle an edge and raise two).
+    # Sustained: a run of consecutive windows; a run of two only where its quarter windows
+    # were high for longer than one window in all (a checkpoint's stall fills one window at
+    # most, but may straddle an edge and raise two).
     high_fine = _high_sub_windows(features, base)
     run = fine_in_run = 0
     sustained = False
@@ -95,7 +97,7 @@ def unexplained_idle(features: Features, explained: set[float], base: float) -> 
             continue
         run += 1
         fine_in_run += FINE if high_fine is None else int(high_fine[k])
-        sustained |= run >= UNEXPLAINED_WINDOWS and fine_in_run > FINE
+        sustained |= run > UNEXPLAINED_WINDOWS or (run == UNEXPLAINED_WINDOWS and fine_in_run > FINE)
     if not sustained:
         return []
     worst = int(np.nanargmax(np.where(high, g["idle_frac"].to_numpy(), -np.inf)))

@@ -18,9 +18,8 @@ def parse_series(key: str) -> tuple[str, dict[str, str]]:
         return name, {}
     if not rest.endswith("}"):
         after = rest.rfind("} ")
-        if after >= 0:  # a line of more than 'series value timestamp': its key ran on past the labels
-            raise ValueError(f"more fields than 'series value timestamp' ({rest[after + 2:][:30]!r} after "
-                             "the label set)")
+        if after >= 0:  # a line of more fields than its format has: the key ran on past its labels
+            raise ValueError(f"text after the label set: {rest[after + 2:][:30]!r} (a field too many?)")
         raise ValueError("unterminated label set")
     body = rest[:-1]
     if _ALL_PLAIN.fullmatch(body):

@@ -340,7 +340,7 @@ class _TraceReader:
             return None
         if len(parts) == 1 and isinstance(parts[0], _Parsed) and parts[0].clean:  # nothing to repair
             return RawSeries(name, labels, self._shared(parts[0].stamps), parts[0].values, self.key_line)
-        arrays = [(p.values, p.stamps) if isinstance(p, _Parsed) else self._numbers(p) for p in parts]
+        arrays = [(p.values, p.stamps, None) if isinstance(p, _Parsed) else self._numbers(p) for p in parts]
         v = np.concatenate([p[0] for p in arrays]) if len(arrays) > 1 else arrays[0][0]
         t = np.concatenate([p[1] for p in arrays]) if len(arrays) > 1 else arrays[0][1]
         series = key[:100].decode("utf-8", "replace")
@@ -349,10 +349,12 @@ class _TraceReader:
             bad |= v < 0  # a counter never goes negative (a reset goes to zero); nor does a speed or a state
         bad |= np.abs(v) > IMPOSSIBLE  # 1e308 is no reading of any counter or gauge
         if bad.any():
-            first = int(np.argmax(bad))
-            self.notes("NaN/Inf/negative samples", f"{where}: {series}: {int(bad.sum())} samples with a NaN, "
-                       f"infinite, negative or impossible (over 1e21) value or timestamp dropped (the first at line "
-                       f"{self.key_line + first})")
+            # Samples that were no numbers at all are NaN here, in their places, and were named already.
+            odd = bad & ~np.concatenate([np.zeros(len(p[0]), bool) if p[2] is None else p[2] for p in arrays])
+            if odd.any():
+                self.notes("NaN/Inf/negative samples", f"{where}: {series}: {int(odd.sum())} samples with a NaN, "
+                           f"infinite, negative or impossible (over 1e21) value or timestamp dropped (the first at "
+                           f"line {self.key_line + int(np.argmax(odd))})")
             t, v = t[~bad], v[~bad]
         if len(t) > 1:
             step = np.diff(t)
@@ -379,18 +381,21 @@ class _TraceReader:
             shared = self.stamps_seen[key] = stamps.copy()  # not a view that keeps its whole block alive
         return shared
 
-    def _numbers(self, part: _Lines) -> tuple[np.ndarray, np.ndarray]:
+    def _numbers(self, part: _Lines) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(values, timestamps, which were no numbers: None where all were); those that were
+        not are NaN, to be dropped with the rest, and said here, once."""
         values, stamps, line = part.values, part.stamps, part.line
         try:
-            return np.array(values).astype(np.float64), np.array(stamps).astype(np.float64)
-        except ValueError:  # some are no numbers: those are dropped here, and said so once
-            numbers = [_is_number(a) and _is_number(b) for a, b in zip(values, stamps)]
-            bad = numbers.index(False)
+            return np.array(values).astype(np.float64), np.array(stamps).astype(np.float64), None
+        except ValueError:
+            numbers = np.array([_is_number(a) and _is_number(b) for a, b in zip(values, stamps)])
+            bad = int(np.argmin(numbers))
+            more = len(numbers) - int(numbers.sum()) - 1
             self.notes("samples that are no numbers", f"{self.path}:{line + bad}: not a number: value "
-                       f"{_text(values[bad])!r}, timestamp {_text(stamps[bad])!r}: "
-                       f"{len(numbers) - sum(numbers)} such samples of the series dropped")
-            return (np.array([float(a) for a, ok in zip(values, numbers) if ok], np.float64),
-                    np.array([float(b) for b, ok in zip(stamps, numbers) if ok], np.float64))
+                       f"{_text(values[bad])!r}, timestamp {_text(stamps[bad])!r}: dropped"
+                       + (f", with {more} more of the series' samples near it" if more else ""))
+            return (np.array([float(a) if ok else np.nan for a, ok in zip(values, numbers)]),
+                    np.array([float(b) if ok else np.nan for b, ok in zip(stamps, numbers)]), ~numbers)
 
 
 @dataclass

@@ -283,42 +283,48 @@ class NvmlGpus:
         self._retry_at: dict[int, float] = {}  # unopened GPU -> when to try setting it up again (monotonic)
         self._retrying: set[int] = set()  # unopened GPUs a thread is setting up again now
         # GPUs set up once and lost since (off the bus, being reset): kept for their identity,
-        # under which they show down, and their GPM samples, freed at close (a slow read on an
-        # abandoned worker may still hold them).
+        # under which they show down, their handle (an XID event names it) and their GPM
+        # samples (a slow read on an abandoned worker may still hold them).
         self._lost: dict[int, _LiveGpu] = {}
-        self._retired: list[_LiveGpu] = []  # lost GPUs set up again: their old GPM samples
+        # A lost GPU set up again: its old self, until it is set up again once more (its GPM
+        # samples are freed then, or at close).
+        self._retired: dict[int, _LiveGpu] = {}
         # Held for moments, never across a call that may hang: a GPU set up again joins the
-        # others (the dicts above are replaced, never changed, so that readers on other lanes
-        # iterate a whole one), and close() lets them all go.
+        # others, a GPU lost leaves them (the GPU dicts are replaced, never changed, so that
+        # readers on other lanes iterate a whole one), and close() lets them all go.
         self._commit = threading.Lock()
         # Bumped when a GPU is set up after the start: the GPU source then lists the GPUs again.
         self.generation = 0
         self._events: object | None = None  # the XID event set, where NVML offers one
         self._xids: dict[tuple[int, int], int] = {}
 
-    def _error(self, where: str, e: Exception, index: int | None = None) -> SourceError:
-        """The SourceError for an NVML error; a GPU set up that says it is lost (`index`) is
-        let go, to be set up again (see _lose)."""
+    def _error(self, where: str, e: Exception) -> SourceError:
         value = getattr(e, "value", None)
         if value == NVML_ERROR_GPU_IS_LOST:
-            lost = GpuLost(where, f"NVML_ERROR_GPU_IS_LOST: {e}")
-            if index is not None:
-                self._lose(index, lost)
-            return lost
+            return GpuLost(where, f"NVML_ERROR_GPU_IS_LOST: {e}")
         return SourceError(where, str(e))
 
-    def _lose(self, index: int, error: GpuLost) -> None:
+    def _failed(self, gpu: _LiveGpu, where: str, e: Exception) -> SourceError:
+        """The SourceError for an NVML error of a call on `gpu`; a GPU that says it is lost
+        is let go (_lose)."""
+        error = self._error(where, e)
+        if isinstance(error, GpuLost):
+            self._lose(gpu, error)
+        return error
+
+    def _lose(self, gpu: _LiveGpu, error: GpuLost) -> None:
         """A GPU that was set up and is lost now: its handle is let go and it is set up again
         as one that failed at the start is, every REOPEN_SECONDS from a slow read, with a
         fresh handle (a GPU reset, or a bus rescan after it fell off, brings it back). Until
-        then it answers why, without an NVML call, under the identity it had."""
+        then it answers why, without an NVML call, under the identity it had. A late answer
+        from a handle already replaced (a call that hung through the set-up) changes nothing."""
+        index = gpu.identity.index
         with self._commit:
-            gpu = self._gpus.get(index)
-            if gpu is None or self._nvml is None:
+            if self._gpus.get(index) is not gpu or self._nvml is None:
                 return
-            self._gpus = {i: g for i, g in self._gpus.items() if i != index}
+            self._not_set_up(index, error, "lost")  # first: a reader never finds it in neither
             self._lost = {**self._lost, index: gpu}
-            self._not_set_up(index, error, "lost")
+            self._gpus = {i: g for i, g in self._gpus.items() if i != index}
 
     def open(self) -> str:
         try:
@@ -331,7 +337,7 @@ class NvmlGpus:
             raise SourceError("NVML", f"cannot initialise NVML (no NVIDIA driver?): {e}") from e
         self._nvml = pynvml
         self._gpus, self._unopened, self._events, self._xids = {}, {}, None, {}  # a retry starts afresh
-        self._lost, self._retired = {}, []
+        self._lost, self._retired = {}, {}
         self._retry_at = {}
         try:
             for i in range(pynvml.nvmlDeviceGetCount()):
@@ -365,7 +371,7 @@ class NvmlGpus:
         """(Under _commit, or before the GPUs are shared.)"""
         error = e if isinstance(e, SourceError) else self._error(f"NVML gpu {index}", e)
         self._unopened = {**self._unopened, index: type(error)(
-            error.where, f"{error.what} ({why}; set up again every {REOPEN_SECONDS:g}s)")}
+            error.where, f"{error.what} ({why}; tried again every {REOPEN_SECONDS:g}s)")}
         self._retry_at[index] = time.monotonic() + REOPEN_SECONDS
 
     def _set_up_again(self, index: int) -> None:
@@ -401,7 +407,10 @@ class NvmlGpus:
                 self._gpus = {**self._gpus, index: gpu}
                 self._unopened = {i: e for i, e in self._unopened.items() if i != index}
                 if index in self._lost:
-                    self._retired.append(self._lost[index])
+                    retired = self._retired.pop(index, None)
+                    if retired is not None:
+                        _free_gpm(nv, retired.gpm_samples)
+                    self._retired[index] = self._lost[index]
                     self._lost = {i: g for i, g in self._lost.items() if i != index}
                 self._retry_at.pop(index, None)
                 self.generation += 1
@@ -443,7 +452,7 @@ class NvmlGpus:
     def _close(self) -> None:
         if self._nvml is not None:
             # nvmlShutdown does not free GPM samples: a failed open retried would leak them.
-            for gpu in [*self._gpus.values(), *self._lost.values(), *self._retired]:
+            for gpu in [*self._gpus.values(), *self._lost.values(), *self._retired.values()]:
                 samples, gpu.gpm_samples = gpu.gpm_samples, []
                 _free_gpm(self._nvml, samples)
             if self._events is not None:
@@ -471,11 +480,14 @@ class NvmlGpus:
         its back-off passed (slow reads only: see _set_up_again)."""
         if retry and index in self._unopened:
             self._set_up_again(index)
-        error = self._unopened.get(index)
+        with self._commit:  # both of one moment: a GPU lost or set up meanwhile is in one of them
+            gpu, error = self._gpus.get(index), self._unopened.get(index)
         if error is not None:
             # A fresh exception each time: one raised again and again would grow its traceback.
             raise type(error)(error.where, error.what)
-        return self._gpus[index]
+        if gpu is None:
+            raise SourceError(f"NVML gpu {index}", "no such GPU")
+        return gpu
 
     def activity(self, index: int, sm_clock: bool = True) -> GpuActivity:
         nv, gpu = self._nvml, self._live(index)
@@ -488,7 +500,7 @@ class NvmlGpus:
             except AttributeError:
                 mask = nv.nvmlDeviceGetCurrentClocksThrottleReasons(gpu.handle)
         except Exception as e:  # noqa: BLE001
-            raise self._error(where, e, index) from e
+            raise self._failed(gpu, where, e) from e
         return GpuActivity(utilization, clock, reasons_from_mask(mask))
 
     def _utilization(self, gpu: _LiveGpu) -> float:
@@ -516,11 +528,12 @@ class NvmlGpus:
     def _optional(self, index: int, fn, *args):
         """fn(the GPU's handle, *args); None where the GPU does not support it, a SourceError
         where the GPU is lost."""
+        gpu = self._live(index)
         try:
-            return fn(self._live(index).handle, *args)
+            return fn(gpu.handle, *args)
         except self._nvml.NVMLError as e:
             if e.value == NVML_ERROR_GPU_IS_LOST:
-                raise self._error(f"NVML gpu {index}", e, index) from e
+                raise self._failed(gpu, f"NVML gpu {index}", e) from e
             return None
 
     def details(self, index: int) -> GpuDetails:
@@ -585,7 +598,7 @@ class NvmlGpus:
                     raise
                 procs = [p for h in self._mig_handles(gpu) for p in nv.nvmlDeviceGetComputeRunningProcesses(h)]
         except Exception as e:  # noqa: BLE001
-            raise self._error(f"NVML gpu {index} compute processes", e, index) from e
+            raise self._failed(gpu, f"NVML gpu {index} compute processes", e) from e
         # usedGpuMemory is None where the driver cannot say (no permission, MIG).
         return [GpuProcess(int(p.pid), float(p.usedGpuMemory) if p.usedGpuMemory is not None else None)
                 for p in procs]
@@ -643,8 +656,10 @@ class NvmlGpus:
                 event = nv.nvmlEventSetWait(self._events, 0)
             except Exception:  # noqa: BLE001 - NVML_ERROR_TIMEOUT: nothing more
                 break
-            gpus = self._gpus  # a whole one: a GPU set up on another lane replaces it
-            index = next((i for i, g in gpus.items() if _same_handle(g.handle, event.device)), -1)
+            # Whole dicts (another lane replaces them); a lost GPU's too: the XID that says it
+            # fell off the bus comes after the fast tick has let it go.
+            known = [*self._gpus.values(), *self._lost.values(), *self._retired.values()]
+            index = next((g.identity.index for g in known if _same_handle(g.handle, event.device)), -1)
             key = (index, int(event.eventData))
             self._xids[key] = self._xids.get(key, 0) + 1
         return dict(self._xids)

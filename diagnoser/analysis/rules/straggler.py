@@ -8,8 +8,9 @@ STRAGGLER_Z = -4.0  # a node idles far less than its peers (robust z): the other
 STRAGGLER_GAP = 0.03  # ... by at least this much idle fraction
 MAX_SHARE = 4  # at most one node in this many: a quarter of the job slower is not "a straggler"
 # Over the window and its neighbours a straggler still idles less than its peers: one slow
-# for a single window keeps a third of its gap. A node that only seemed to idle less because
-# its scrapes put part of a cluster-wide stall in the next window gives it all back there.
+# for a single window keeps a third of its gap (half at the first or last window), so a
+# quarter leaves a margin. A node that only seemed to idle less because its scrapes put part
+# of a cluster-wide stall in the next window gives it all back there.
 SPAN_GAP = STRAGGLER_GAP / 4
 
 
@@ -21,7 +22,7 @@ def check(w: WindowContext) -> Detection | None:
     median_idle = idle.median()
     is_slow = (nw["idle_frac_z"] <= STRAGGLER_Z) & (idle <= median_idle - STRAGGLER_GAP)
     span = nw["idle_frac_span"]
-    is_slow &= ~(span > span.median() - SPAN_GAP)  # an unknown span: judged on the window alone
+    is_slow &= span.isna() | (span <= span.median() - SPAN_GAP)  # an unknown span: the window alone
     if not is_slow.any():
         return None
     # A stall of the whole fabric (a storm: every GPU waits, paused) leaves no node's pace to
