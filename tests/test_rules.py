@@ -341,6 +341,12 @@ def test_brief_and_periodic_stalls_are_left_out_with_a_note():
     # ... but not at irregular times: an input pipeline that stalls now and then is a finding.
     irregular = [Incident("host_bound", t, t + 240, [], [], 0.6, 100.0, 2) for t in (300.0, 600.0, 1500.0)]
     assert brief_stalls(irregular, 120.0) == (irregular, None)
+    # A checkpoint every 20 minutes, one window each, but the third straddles an edge and
+    # makes two: it recurs with the others, and goes with them.
+    checkpoints = [Incident("host_bound", t, t + 120, [], [], 0.6, 100.0, 1) for t in (1200.0, 2400.0)]
+    straddling = Incident("host_bound", 3600.0, 3840.0, [], [], 0.6, 100.0, 2)
+    kept, note = brief_stalls([other, *checkpoints, straddling], 120.0)
+    assert kept == [other] and "3 brief, periodic" in str(note)
 
 
 def test_the_edge_window_of_an_incident_joins_it_with_its_culprits_ranked_again():

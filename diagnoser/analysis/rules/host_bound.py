@@ -50,21 +50,25 @@ def check(w: WindowContext) -> Detection | None:
 
 
 def brief_stalls(incidents: list[Incident], step: float) -> tuple[list[Incident], str | None]:
-    """Quiet stalls of a couple of minutes at most, and brief ones that recur at a regular
+    """Quiet stalls of a couple of minutes at most, and short ones that recur at a regular
     period (checkpoints, or another scheduled pause), are a normal part of training: left
-    out, with a note. An input pipeline that cannot keep up holds for longer."""
+    out, with a note. An input pipeline that cannot keep up holds for longer. The brief ones
+    count toward the period: a checkpoint that straddles a window edge once makes a longer
+    incident than its siblings, and is one of them all the same."""
     brief = [i for i in incidents if i.cls == "host_bound" and i.end - i.start <= BRIEF_STALL + 1e-6]
-    incidents = [i for i in incidents if i not in brief]
     kept, periodic = _periodic(incidents, step)
-    if not brief and periodic is None:
-        return kept, None
-    notes = ([f"{len(brief)} GPU stall(s) of at most {BRIEF_STALL / 60:.1f} min with a quiet network "
-              "(a checkpoint?) left out"] if brief else []) + ([periodic] if periodic else [])
-    return kept, "; ".join(notes)
+    if periodic is not None:
+        return kept, periodic
+    if not brief:
+        return incidents, None
+    return ([i for i in incidents if i not in brief],
+            f"{len(brief)} GPU stall(s) of at most {BRIEF_STALL / 60:.1f} min with a quiet network (a checkpoint?) "
+            "left out")
 
 
 def _periodic(incidents: list[Incident], step: float) -> tuple[list[Incident], str | None]:
-    short = [i for i in incidents if i.cls == "host_bound" and i.end - i.start <= STALL_WINDOWS * step + 1e-6]
+    longest = max(STALL_WINDOWS * step, BRIEF_STALL)
+    short = [i for i in incidents if i.cls == "host_bound" and i.end - i.start <= longest + 1e-6]
     if len(short) < STALL_MIN_COUNT:
         return incidents, None
     starts = sorted(i.start for i in short)
