@@ -114,6 +114,20 @@ def fake_nvml(monkeypatch):
     return install
 
 
+def node_with_details(tmp_path, fake: FakePynvml) -> tuple[Node, GpuSource]:
+    """A node whose sampler runs the gpu and gpu_details collectors over NVML (`fake`), which
+    answers the details' calls (power, temperature, memory, PCIe) with fixed values."""
+    for name, value in (("nvmlDeviceGetPowerUsage", 300_000), ("nvmlDeviceGetTemperature", 40),
+                        ("nvmlDeviceGetMemoryInfo", SimpleNamespace(used=1, total=2)),
+                        ("nvmlDeviceGetPcieThroughput", 0)):
+        setattr(fake, name, lambda *args, value=value: value)
+    node = Node(tmp_path)
+    source = GpuSource(NvmlGpus(Root(tmp_path)))
+    node.sampler = Sampler(Root(tmp_path), node.registry, InventoryOptions(), gpus=source,
+                           collectors=["gpu", "gpu_details"])
+    return node, source
+
+
 def test_a_gpu_lost_at_start_costs_only_its_series_and_nvml_is_opened_once(tmp_path, fake_nvml, caplog):
     fake = fake_nvml(lost=1)
     node = Node(tmp_path)  # no nvml.json: the harness' own sampler reads no GPU
@@ -149,15 +163,8 @@ def test_a_gpu_that_could_not_be_set_up_is_tried_again_after_the_back_off(tmp_pa
     get_handle = fake.nvmlDeviceGetHandleByIndex
     fake.nvmlDeviceGetHandleByIndex = lambda i: asked.append(i) or get_handle(i)
     fake.nvmlDeviceRegisterEvents = lambda handle, kinds, events: registered.append(handle)
-    for name, value in (("nvmlDeviceGetPowerUsage", 300_000), ("nvmlDeviceGetTemperature", 40),
-                        ("nvmlDeviceGetMemoryInfo", SimpleNamespace(used=1, total=2)),
-                        ("nvmlDeviceGetPcieThroughput", 0)):
-        setattr(fake, name, lambda *args, value=value: value)
     fake.nvmlGpmQueryDeviceSupport = lambda handle: SimpleNamespace(isSupportedDevice=0)
-    node = Node(tmp_path)
-    source = GpuSource(NvmlGpus(Root(tmp_path)))
-    node.sampler = Sampler(Root(tmp_path), node.registry, InventoryOptions(), gpus=source,
-                           collectors=["gpu", "gpu_details"])
+    node, source = node_with_details(tmp_path, fake)
     node.tick(now=0.0)
     node.tick(slow=False, now=0.2)
     assert node.value("gpunet_gpu_up", gpu="1") == 0.0
@@ -325,14 +332,7 @@ def test_a_gpu_lost_while_running_shows_down_under_its_identity_and_is_set_up_ag
     for name in ("nvmlDeviceGetPciInfo", "nvmlDeviceGetUUID", "nvmlDeviceGetNumaNodeId"):
         plain = getattr(fake, name)
         setattr(fake, name, lambda h, plain=plain: plain(h % 100))
-    for name, value in (("nvmlDeviceGetPowerUsage", 300_000), ("nvmlDeviceGetTemperature", 40),
-                        ("nvmlDeviceGetMemoryInfo", SimpleNamespace(used=1, total=2)),
-                        ("nvmlDeviceGetPcieThroughput", 0)):
-        setattr(fake, name, lambda *args, value=value: value)
-    node = Node(tmp_path)
-    source = GpuSource(NvmlGpus(Root(tmp_path)))
-    node.sampler = Sampler(Root(tmp_path), node.registry, InventoryOptions(), gpus=source,
-                           collectors=["gpu", "gpu_details"])
+    node, source = node_with_details(tmp_path, fake)
     node.tick(now=0.0)
     node.tick(slow=False, now=0.2)
     busy = node.value("gpunet_gpu_busy_seconds_total", gpu="1")
