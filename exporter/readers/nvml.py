@@ -525,21 +525,20 @@ class NvmlGpus:
                 # else a passing error (a timeout): the rates this once, the samples at the next read
         return nv.nvmlDeviceGetUtilizationRates(gpu.handle).gpu / 100.0
 
-    def _optional(self, index: int, fn, *args):
+    def _optional(self, gpu: _LiveGpu, fn, *args):
         """fn(the GPU's handle, *args); None where the GPU does not support it, a SourceError
         where the GPU is lost."""
-        gpu = self._live(index)
         try:
             return fn(gpu.handle, *args)
         except self._nvml.NVMLError as e:
             if e.value == NVML_ERROR_GPU_IS_LOST:
-                raise self._failed(gpu, f"NVML gpu {index}", e) from e
+                raise self._failed(gpu, f"NVML gpu {gpu.identity.index}", e) from e
             return None
 
     def details(self, index: int) -> GpuDetails:
         gpu = self._live(index, retry=True)
         nv = self._nvml
-        opt = partial(self._optional, index)
+        opt = partial(self._optional, gpu)
         power = opt(nv.nvmlDeviceGetPowerUsage)
         temp = opt(nv.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU)
         mem = opt(nv.nvmlDeviceGetMemoryInfo)
@@ -553,7 +552,7 @@ class NvmlGpus:
     def health(self, index: int) -> GpuHealth:
         gpu = self._live(index, retry=True)
         nv = self._nvml
-        opt = partial(self._optional, index)
+        opt = partial(self._optional, gpu)
         ecc = {name: opt(nv.nvmlDeviceGetTotalEccErrors, error_type, NVML_VOLATILE_ECC)
                for name, error_type in zip(ECC_ERROR_TYPES, NVML_MEMORY_ERROR_TYPES)}
         rows = opt(nv.nvmlDeviceGetRemappedRows)  # (correctable, uncorrectable, pending, failed)
