@@ -33,6 +33,20 @@ def idle_over_neighbours(f: pd.DataFrame) -> pd.Series:
     return span.where(idle_seconds.notna()).stack(future_stack=True).reorder_levels(f.index.names).reindex(f.index)
 
 
+def sub_window_share(frame: Frame, windows: int, columns: tuple[str, ...]) -> np.ndarray | None:
+    """(windows x FINE): the share of the cluster's GPU time (busy and idle in every state)
+    that `columns` hold in each sub-window of each window; None where the frame has no
+    sub-windows, or none of the columns."""
+    fine = frame.fine
+    present = [c for c in columns if c in fine]
+    if not present or len(fine) < windows * FINE:
+        return None
+    total = fine.get("busy", 0) + fine[[f"idle_{s}" for s in STATES if f"idle_{s}" in fine]].sum(axis=1)
+    with np.errstate(all="ignore"):
+        share = (fine[present].sum(axis=1, min_count=1) / total).to_numpy()
+    return share[: windows * FINE].reshape(windows, FINE)
+
+
 def receiving_pauses(node: pd.DataFrame) -> pd.Series:
     """Per node (and window): whether it receives pauses on its fabric NICs (False where
     unknown)."""
@@ -154,15 +168,11 @@ def compute(frame: Frame) -> Features:
     g["pfc_rx_nodes"] = receiving_pauses(f).groupby(level="window").sum()
     g["tcp_retrans_rate"] = n["tcp_retrans"].groupby(level="window").sum(min_count=1) / step
     # Quiet idle sustained through the window (median of its sub-windows), not one stall.
-    fine = frame.fine
-    if len(fine) and "idle_quiet" in fine:
-        total = fine.get("busy", 0) + fine[[f"idle_{s}" for s in STATES if f"idle_{s}" in fine]].sum(axis=1)
-        with np.errstate(all="ignore"):
-            quiet = (fine["idle_quiet"] / total).to_numpy()
-        per_window = quiet[: len(g) * FINE].reshape(len(g), FINE)
+    quiet = sub_window_share(frame, len(g), ("idle_quiet",))
+    if quiet is not None:
         with warnings.catch_warnings():  # a window with no sub-window known stays NaN, silently
             warnings.simplefilter("ignore", RuntimeWarning)
-            g["idle_quiet_sustained"] = np.nanmedian(per_window, axis=1)
+            g["idle_quiet_sustained"] = np.nanmedian(quiet, axis=1)
     else:
         g["idle_quiet_sustained"] = g["idle_quiet_frac"]
 

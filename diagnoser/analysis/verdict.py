@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnoser.analysis.features import STATES, Features
+from diagnoser.analysis.features import STATES, Features, sub_window_share
 from diagnoser.analysis.rules.base import EXCESS_IDLE, MIN_PEERS
 from diagnoser.model.frame import FINE, Frame, choose_step
 from diagnoser.model.report import FINDINGS, HEALTHY, INCONCLUSIVE, Finding
@@ -111,14 +111,10 @@ def unexplained_idle(features: Features, explained: set[float], base: float) -> 
 def _high_sub_windows(features: Features, base: float) -> np.ndarray | None:
     """Per window, how many of its FINE sub-windows hold GPU idle UNEXPLAINED_IDLE or more
     above the baseline; None where the frame has no sub-windows."""
-    fine, n = features.frame.fine, len(features.cluster)
-    idle_columns = [f"idle_{s}" for s in STATES if f"idle_{s}" in fine]
-    if "busy" not in fine or not idle_columns or len(fine) < n * FINE:
+    idle = sub_window_share(features.frame, len(features.cluster), tuple(f"idle_{s}" for s in STATES))
+    if idle is None or "busy" not in features.frame.fine:  # idle of an unknown total: no share
         return None
-    total = (fine["busy"] + fine[idle_columns].sum(axis=1)).to_numpy()[: n * FINE]
-    with np.errstate(all="ignore"):
-        idle = 1 - fine["busy"].to_numpy()[: n * FINE] / total
-    return (np.nan_to_num(idle - base) >= UNEXPLAINED_IDLE).reshape(n, FINE).sum(axis=1)
+    return (np.nan_to_num(idle - base) >= UNEXPLAINED_IDLE).sum(axis=1)
 
 
 def too_few_peers(features: Features) -> list[str]:
