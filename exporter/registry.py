@@ -37,6 +37,7 @@ from gpunet.contract import (
 
 log = logging.getLogger("gpunet.exporter")
 LABELS = itemgetter(1)  # a Sample's labels
+SERIES = itemgetter(0, 1)  # a Sample's (metric, labels)
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
@@ -69,6 +70,9 @@ class Registry:
         self._refused = dict.fromkeys(HTTP_REFUSED_REASONS, 0)
         self._open_connections = 0
         self._failing_makers: set[str] = set()  # collectors whose live samples raised at the last scrape
+        # (part, collector) -> (its series at the last scrape, where each family's samples
+        # are in them): see _grouping.
+        self._plans: dict[tuple[str, str], tuple[list, list[tuple[MetricSpec, Pick]]]] = {}
 
     # --- written by the sampler ---------------------------------------------------------
     def publish(self, collector: str, samples: list[Sample], duration: float, errors: int,
@@ -144,7 +148,8 @@ class Registry:
 
     def families(self) -> list[Family]:
         with self._lock:
-            published = [*self._samples.values(), *self._refreshed.values()]
+            published = [*(("samples", k, v) for k, v in self._samples.items()),
+                         *(("refreshed", k, v) for k, v in self._refreshed.items())]
             live = list(self._live.items())
             status = [(k, v.up, v.duration, v.errors_total, v.last_run) for k, v in self._status.items()]
             ticks = {k: list(v) for k, v in self._ticks.items()}
@@ -162,24 +167,36 @@ class Registry:
         for tick, (interval, count, late) in ticks.items():
             self_samples += [Sample(TICK_INTERVAL, (tick,), interval), Sample(TICKS, (tick,), count),
                              Sample(TICKS_LATE, (tick,), late)]
-        published += [self._made(k, make) for k, make in live]  # outside the registry's lock: they take their collector's
-        published.append(self_samples)
-        # A thousand samples a scrape, grouped by family as they were published (the
-        # renderer reads them as they are, and sorting puts each family's in label order).
+        sources = [*published, *(("live", k, self._made(k, make)) for k, make in live), ("self", "", self_samples)]
+        # A thousand samples a scrape, grouped by family. Each source (a collector's list)
+        # has the series it had at the last scrape, almost always: its grouping is then reused.
         by_metric: dict[str, tuple[MetricSpec, list[Sample]]] = {}
-        for samples in published:
-            for s in samples:
-                group = by_metric.get(s.metric.name)
-                if group is None:
-                    group = by_metric[s.metric.name] = (s.metric, [])
-                group[1].append(s)
+        for part, name, samples in sources:
+            for metric, group in self._grouping((part, name), samples):
+                known = by_metric.get(metric.name)
+                if known is None:
+                    by_metric[metric.name] = (metric, group)
+                else:  # a family two sources make: in label order, as one
+                    merged = [*known[1], *group]
+                    merged.sort(key=LABELS)
+                    by_metric[metric.name] = (metric, merged)
         out = []
         for name in sorted(by_metric):
             metric, group_samples = by_metric[name]
-            group_samples.sort(key=LABELS)
             out.append(Family(metric.name, metric.type, metric.help, metric.labels, group_samples))
         out += self._process.families()
         return out
+
+    def _grouping(self, source: tuple[str, str], samples: list[Sample]) -> list[tuple[MetricSpec, list[Sample]]]:
+        """The samples of one source by family, each family's in label order, as the
+        renderer reads them. Where the source has the same series, in the same order, as at
+        the last scrape (checked in C: a map and a comparison of lists), the positions found
+        then pick them out again; else they are found anew (a sample at a time)."""
+        series = list(map(SERIES, samples))
+        plan = self._plans.get(source)
+        if plan is None or plan[0] != series:
+            plan = self._plans[source] = (series, grouping_plan(samples))
+        return [(metric, pick(samples)) for metric, pick in plan[1]]
 
     def _made(self, collector: str, make: Callable[[], list[Sample]]) -> list[Sample]:
         """A collector's live samples; a bug in making them costs its own series, not the
@@ -196,3 +213,33 @@ class Registry:
             self._failing_makers.discard(collector)
             log.info("collector %s: its samples are made again", collector)
         return samples
+
+
+Pick = Callable[[list[Sample]], list[Sample]]  # a family's samples out of a source's
+
+
+def grouping_plan(samples: list[Sample]) -> list[tuple[MetricSpec, Pick]]:
+    """For a list of samples, each family with what picks its samples, in label order, out of
+    a list with the same series: a slice where they sit together in that order (as most
+    collectors make them), else their places."""
+    positions: dict[str, tuple[MetricSpec, list[int]]] = {}
+    for i, s in enumerate(samples):
+        group = positions.get(s.metric.name)
+        if group is None:
+            group = positions[s.metric.name] = (s.metric, [])
+        group[1].append(i)
+    plan: list[tuple[MetricSpec, Pick]] = []
+    for metric, places in positions.values():
+        places.sort(key=lambda i: samples[i].labels)
+        first, last = places[0], places[-1]
+        together = places == list(range(first, last + 1))
+        plan.append((metric, itemgetter(slice(first, last + 1)) if together else _picker(places)))
+    return plan
+
+
+def _picker(places: list[int]) -> Pick:
+    pick = itemgetter(*places)
+
+    def picked(samples: list[Sample]) -> list[Sample]:
+        return list(pick(samples))
+    return picked

@@ -100,7 +100,7 @@ class Sampler:
         self.link_load = LinkLoad()
         self.nics: dict[str, Nic] = {}
         self._static: dict = {}  # what discovery need not read again
-        self._counters: dict[str, MonotonicCounters] = {}
+        self._counters: dict[tuple[str, bool], MonotonicCounters] = {}  # (collector, its refreshed part)
         self._logged: dict[str, set[str]] = {}  # problem logged -> the collectors that met it at their last run
         self._met: dict[str, set[str]] = {}  # collector -> the logged problems it met at its last run
         self._failing: set[str] = set()
@@ -258,23 +258,34 @@ class Sampler:
             errors.append(SourceError(collector.name, repr(e)))
             samples = []
         duration = time.perf_counter() - started
-        if not getattr(collector, "monotonic", False):  # else counters it computes itself, that never go back
-            # A collector runs on one worker at a time (a hung one is skipped until it returns),
-            # so its counters are never applied from two threads at once.
-            counters = self._counters.get(collector.name)
-            if counters is None:
-                counters = self._counters[collector.name] = MonotonicCounters()
-            samples = counters.apply(samples)
         # A lost run loses its live series (and its refreshed ones, as they would go at a refresh).
         live = None if raised else getattr(collector, "live_samples", None)
+        if refreshed_series and ctx.refresh_all and not raised:
+            # Made monotonic apart: each part then has the same series at every tick that
+            # makes it, which exporter/counters.py goes through the short way.
+            every_tick = [s for s in samples if s.metric.name not in refreshed_series]
+            refreshed = [s for s in samples if s.metric.name in refreshed_series]
+            return Collected(self._monotonic(collector, every_tick), duration, errors,
+                             self._monotonic(collector, refreshed, refreshed_part=True), live)
+        samples = self._monotonic(collector, samples)
         if not refreshed_series:
             return Collected(samples, duration, errors, None, live)
         if raised:
             return Collected(samples, duration, errors, [], None)
-        if not ctx.refresh_all:
-            return Collected(samples, duration, errors, None, live)
-        every_tick = [s for s in samples if s.metric.name not in refreshed_series]
-        return Collected(every_tick, duration, errors, [s for s in samples if s.metric.name in refreshed_series], live)
+        return Collected(samples, duration, errors, None, live)
+
+    def _monotonic(self, collector: Collector, samples: list[Sample], refreshed_part: bool = False) -> list[Sample]:
+        """The samples with their counters made monotonic (exporter/counters.py), unless the
+        collector keeps counters that never go back itself (`monotonic`)."""
+        if getattr(collector, "monotonic", False):
+            return samples
+        # A collector runs on one worker at a time (a hung one is skipped until it returns),
+        # so its counters are never applied from two threads at once.
+        key = (collector.name, refreshed_part)
+        counters = self._counters.get(key)
+        if counters is None:
+            counters = self._counters[key] = MonotonicCounters()
+        return counters.apply(samples)
 
     def _report(self, name: str, samples: list[Sample], duration: float, errors: list[SourceError],
                 refreshed: list[Sample] | None = None, live: Callable[[], list[Sample]] | None = None) -> None:
