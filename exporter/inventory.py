@@ -18,6 +18,7 @@ from exporter.root import Root, SourceError
 # Container and VM plumbing: hundreds of these on a Kubernetes node, none of them a NIC.
 DEFAULT_EXCLUDE = r"^(lo|veth[0-9a-f]{6,}|cali[0-9a-f]+|docker\d+|cni\d+|flannel\.\d+|virbr\d+|tunl\d+)$"
 PRESENT = "present"  # the key under which discovery memoises the devices it last saw, with their inodes
+LAST = "last"  # and the NICs it last found
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,8 @@ def discover(root: Root, opts: InventoryOptions, errors: list[SourceError],
              static: dict | None = None) -> dict[str, Nic]:
     """The NICs now. `static` (kept by the caller between calls) memoises what does not
     change while a device exists: driver, PCI address, NUMA node, RDMA mapping. Speeds,
-    states and the device listing itself are read every time."""
+    states and the device listing itself are read every time; where nothing changed, the
+    dict returned is the one returned last time."""
     static = {} if static is None else static
     include = re.compile(opts.include) if opts.include else None
     exclude = re.compile(opts.exclude) if opts.exclude else None
@@ -116,6 +118,12 @@ def discover(root: Root, opts: InventoryOptions, errors: list[SourceError],
     for device, netdev, port, driver, link_layer, numa, pci, speed in found:
         speed = opts.link_speeds.get(device, speed)
         nics[device] = Nic(device, netdev, port, driver, link_layer, numa, pci, speed, device in fabric)
+    # The same NICs as last time (almost always): the same dict, so that what the ticks keep
+    # per inventory (caches pruned, sums of NICs that left) is redone only when they change.
+    last = static.get(LAST)
+    if last == nics:
+        return last
+    static[LAST] = nics
     return nics
 
 

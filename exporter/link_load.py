@@ -88,7 +88,7 @@ class LinkLoad:
                 self.bursts += 1
             self.network_state = state
         self.tick_seconds = dt
-        new_inventory = nics is not self._nics  # once a slow tick: the NICs cannot change in between
+        new_inventory = nics is not self._nics  # discovery returns the same dict while the NICs are the same
         self._last, self._last_pauses, self._last_time, self._nics = bytes_now, pauses_now, now, nics
         if not new_inventory:
             return

@@ -135,3 +135,22 @@ def test_a_sum_with_a_malformed_part_keeps_its_last_value_and_counts_nothing_twi
     stats.write_text(text.replace(f"{bad}: {parts[bad]}", f"{bad}: {parts[bad] + 5}"))
     node.tick()
     assert node.value("gpunet_nic_receive_discards_total", device="ens3f0np0") == total + 5
+
+
+def test_discovery_hands_back_the_same_inventory_until_a_nic_changes(node_copy):
+    """The ticks redo what they keep per inventory only when it changes: discovery returns the
+    dict it returned last time while the NICs are the same, and a new one, with the new
+    speed, when a link comes back at another speed."""
+    from exporter.inventory import InventoryOptions, discover
+
+    root = node_copy("e810")
+    shutil.rmtree(root / IB)
+    device = next(p.name for p in (root / "sys/class/net").iterdir() if p.name != "lo" and (p / "speed").exists())
+    fixture, opts, static = Root(root), InventoryOptions(), {}
+    first = discover(fixture, opts, [], static)
+    assert discover(fixture, opts, [], static) is first
+    (root / f"sys/class/net/{device}/speed").write_text("200000\n")
+    changed = discover(fixture, opts, [], static)
+    assert changed is not first
+    assert changed[device].speed_bytes_per_second == 200_000 * 1e6 / 8
+    assert discover(fixture, opts, [], static) is changed

@@ -5,6 +5,7 @@ the same source but at the fast tick (wire.py)."""
 from __future__ import annotations
 
 from exporter.collector_registry import register
+from exporter.inventory import Nic
 from exporter.readers.ethtool import DriverStatsReader
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
@@ -27,14 +28,17 @@ class DriverStatsCollector:
 
     def __init__(self, root: Root):
         self.reader = DriverStatsReader(root)
+        self._pruned_for: dict[str, Nic] | None = None  # the inventory the reader's caches were last pruned to
 
     def close(self) -> None:
         self.reader.close()
 
     def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
         samples = []
-        # NICs that left the inventory are never read again: drop what the reader keeps for them.
-        self.reader.forget_except({nic.netdev for nic in ctx.nics.values() if nic.netdev})
+        if ctx.nics is not self._pruned_for:  # a new inventory (discovery returns the same dict while none is)
+            self._pruned_for = ctx.nics
+            # NICs that left the inventory are never read again: drop what the reader keeps for them.
+            self.reader.forget_except({nic.netdev for nic in ctx.nics.values() if nic.netdev})
         for nic in ctx.nics.values():
             table = counters_for(nic.driver)
             if not nic.netdev or table is GENERIC or nic.link_layer != "Ethernet":

@@ -78,7 +78,7 @@ class WireCollector:
         return "netdev"
 
     def collect(self, ctx: TickContext, errors: list[SourceError]) -> list[Sample]:
-        if ctx.nics is not self._pruned_for:  # a new inventory (once a slow tick), not every fast tick
+        if ctx.nics is not self._pruned_for:  # a new inventory (discovery returns the same dict while none is)
             self._pruned_for = ctx.nics
             for gone in self._source.keys() - ctx.nics.keys():
                 del self._source[gone]
