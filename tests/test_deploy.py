@@ -478,6 +478,10 @@ def test_systemd_unit_is_hardened():
     assert set(one["ReadOnlyPaths"].split()) >= {"/sys", "/proc"}
     assert any("nvidia" in a and a.split()[-1] == "rw" for a in d["DeviceAllow"])
     assert "PrivateNetwork" not in one  # the NICs to read are the host's
+    # Stopped with the persistence daemon (a driver upgrade stops every GPU client before the
+    # module is unloaded), started again with it.
+    assert one.get("PartOf") == "nvidia-persistenced.service"
+    assert "nvidia-persistenced.service" in one["WantedBy"].split()
 
 
 def test_systemd_execstart_args_parse():
