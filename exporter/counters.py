@@ -8,19 +8,22 @@ both cases the exported counter goes on growing.
 A collector returns the same series in the same order tick after tick, and almost every
 counter only ever rises. So each tick first asks, in C (map, comparisons of lists), whether
 the series are those of the last tick and every counter rose or stood still since: then the
-samples go out as they came, with no Python work per sample. Only a tick where that is not
-so (a NIC came or went, a counter wrapped, reset or read -1 or NaN, or one did before) goes
-through the series one by one.
+samples go out as they came (those of counters that once wrapped or reset with what they
+carry over added), with no Python work for the others. Only a tick where that is not so (a
+NIC came or went, a counter wrapped, reset or read -1, NaN or infinity) goes through the
+series one by one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import is_not, itemgetter, le
+from itertools import repeat
+from operator import itemgetter, le
 
 from exporter.samples import Sample
 
-# Series not read for this many ticks are forgotten, bounding memory as NICs come and go.
+# Series not read for this many ticks (calls of `apply`: a slow collector's reads, a fast
+# collector's refreshes) are forgotten, bounding memory as NICs come and go.
 FORGET_AFTER_TICKS = 3000
 INF = float("inf")
 _SERIES = itemgetter(0, 1)  # a Sample's (metric, labels)
@@ -32,15 +35,18 @@ def _no_counters(samples: list[Sample]) -> tuple[()]:
 
 
 class _Layout:
-    """The series of the last tick, where every counter among them was exported as read."""
+    """The series of the last tick, each counter among them with what it exports above its
+    raw value (what it carried over a wrap or a reset; almost always nothing)."""
 
-    __slots__ = ("series", "counters", "raw", "keys")
+    __slots__ = ("series", "counters", "raw", "keys", "carried")
 
-    def __init__(self, series: list, counters: Callable[[list[Sample]], object], raw: list[float], keys: list):
+    def __init__(self, series: list, counters: Callable[[list[Sample]], object], raw: list[float], keys: list,
+                 carried: list[tuple[int, int, float]]):
         self.series = series  # [(metric, labels)] of every sample, in order
         self.counters = counters  # picks the counter samples out of a tick's samples
         self.raw = raw  # their values at the last tick
         self.keys = keys  # their keys in MonotonicCounters._state
+        self.carried = carried  # [(place in the samples, in `keys`, exported - raw)] where not 0
 
 
 class MonotonicCounters:
@@ -61,13 +67,19 @@ class MonotonicCounters:
             if series == layout.series:
                 raw = list(map(_VALUE, layout.counters(samples)))
                 # Every counter rose or stood still (NaN compares false; -1 is below any reading
-                # kept), and none is infinite: exported = raw, as at the last tick.
+                # kept), and none is infinite: each exports its raw value and what it carries, as before.
                 if all(map(le, layout.raw, raw)) and INF not in raw:
                     layout.raw = raw
                     if self._tick % 100 == 0:
                         self._settle(layout, self._tick)
                         self._forget()
-                    return samples
+                    if not layout.carried:
+                        return samples
+                    out = list(samples)
+                    for place, _, carried in layout.carried:
+                        s = samples[place]
+                        out[place] = s._replace(value=s.value + carried)
+                    return out
             self._settle(layout, self._tick - 1)
             self._layout = None
         out = self._apply(samples)
@@ -113,8 +125,8 @@ class MonotonicCounters:
 
     def _learn(self, samples: list[Sample], out: list[Sample]) -> _Layout | None:
         """The layout of this tick, where the next may take the short way: every sample went
-        out as it came (no counter is exported off its raw value, none was left out)."""
-        if len(out) != len(samples) or any(map(is_not, samples, out)):
+        out (none was a counter's first reading of -1 or NaN), each series once."""
+        if len(out) != len(samples):
             return None
         positions = [i for i, s in enumerate(samples) if s[0].type == "counter"]
         counters: Callable[[list[Sample]], object]
@@ -126,12 +138,20 @@ class MonotonicCounters:
         else:
             counters = itemgetter(*positions)
         picked = counters(samples)
-        return _Layout(list(map(_SERIES, samples)), counters, list(map(_VALUE, picked)),
-                       [(s[0].name, s[1]) for s in picked])
+        raw = list(map(_VALUE, picked))
+        if not (all(map(le, repeat(0.0), raw)) and INF not in raw):  # -1, NaN, inf: no reading to go on from
+            return None
+        keys = [(s[0].name, s[1]) for s in picked]
+        if len(set(keys)) != len(keys):  # a series twice in one tick (a collector's bug): the long way
+            return None
+        carried = [(place, k, out[place].value - samples[place].value) for k, place in enumerate(positions)
+                   if out[place] is not samples[place]]
+        return _Layout(list(map(_SERIES, samples)), counters, raw, keys, carried)
 
     def _settle(self, layout: _Layout | None, tick: int) -> None:
-        """Write what the short way kept (the last raw values, exported as read, at `tick`)
-        back into the state of each series, before the long way or the forgetting reads it."""
+        """Write what the short way kept (the last raw values, and so what was exported, at
+        `tick`) back into the state of each series, before the long way or the forgetting
+        reads it."""
         if layout is None:
             return
         state = self._state
@@ -139,6 +159,8 @@ class MonotonicCounters:
             entry = state[key]
             entry[0] = entry[1] = raw
             entry[2] = tick
+        for _, k, carried in layout.carried:
+            state[layout.keys[k]][1] += carried
 
     def _forget(self) -> None:
         tick, state = self._tick, self._state

@@ -90,7 +90,7 @@ class LinkLoad:
         self.tick_seconds = dt
         new_inventory = nics is not self._nics  # discovery returns the same dict while the NICs are the same
         self._last, self._last_pauses, self._last_time, self._nics = bytes_now, pauses_now, now, nics
-        if not new_inventory:
+        if not new_inventory and not self._left:
             return
         # A NIC that left takes its series out of the scrape, but its sums are kept a while: one
         # that comes back (a driver reload, a firmware reset) goes on from them, as a counter

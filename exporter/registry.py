@@ -179,7 +179,7 @@ class Registry:
                 else:  # a family two sources make: in label order, as one
                     merged = [*known[1], *group]
                     merged.sort(key=LABELS)
-                    by_metric[metric.name] = (metric, merged)
+                    by_metric[metric.name] = (known[0], merged)
         out = []
         for name in sorted(by_metric):
             metric, group_samples = by_metric[name]
