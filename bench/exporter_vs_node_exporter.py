@@ -22,6 +22,10 @@ Then both run at once for --paired-windows windows of --paired-seconds, each scr
 second, half a second apart, and the CPU of each is measured over the same window: the
 ratio of one such window does not depend on what else the machine did in the minute
 between two runs. The median of those ratios is checked against the target too.
+
+Last (--floor-seconds, 20 s), a bare Python thread that only wakes every 0.2 s, as gpunet's
+fast lane does: what waking up costs on this machine at the time of the run, which on a VM
+changes from hour to hour and weighs on every figure above.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import http.client
 import json
 import os
 import platform
+import queue
 import shlex
 import shutil
 import signal
@@ -40,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -70,6 +76,32 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 CPU_TARGET_PCT = 1.0
 RSS_TARGET_MB = 40.0  # 10^6 bytes (issue 17; it was 60)
 CPU_RATIO_TARGET = 0.7  # scraped at 1 Hz, against node_exporter scraped the same way (issue 17; moonshot 0.5)
+
+
+def wake_floor(interval: float, seconds: float) -> int:
+    """CPU ns (schedstat, kernel time included) of a thread that only sleeps until its next
+    tick, as a lane does, for `seconds`."""
+    measured: list[int] = []
+
+    def schedstat_ns() -> int:
+        return int(Path(f"/proc/self/task/{threading.get_native_id()}/schedstat").read_text().split()[0])
+
+    def sleeper() -> None:
+        wakes: queue.SimpleQueue[None] = queue.SimpleQueue()  # never put: each get times out, as a lane's
+        deadline = time.monotonic()
+        start = schedstat_ns()
+        for _ in range(round(seconds / interval)):
+            deadline += interval
+            try:
+                wakes.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                pass
+        measured.append(schedstat_ns() - start)
+
+    thread = threading.Thread(target=sleeper, name="floor")
+    thread.start()
+    thread.join()
+    return measured[0]
 
 
 def log(msg: str) -> None:
@@ -465,6 +497,9 @@ def table(report: dict) -> str:
             f"node_exporter: {report['node_exporter_version']}",
             "load average (1, 5, 15 min) at start / between the two / end: "
             + " / ".join(report["loadavg"].get(k, "?") for k in ("start", "between", "end")),
+            *([f"the floor, at the end: a bare Python thread waking every 0.2 s costs {report['floor']['pct']:.3f}% "
+               f"of a core, {report['floor']['us_per_wake']} us a wake (what waking up costs on this machine "
+               "now; both exporters pay it)"] if "floor" in report else []),
             f"fixture: {report['fixture']['path']} ({report['fixture']['how']}); STATIC snapshot: its counters do "
             "not advance while the benchmark runs, so parse caches stay warm and every rate is zero.",
             f"Accept: {ACCEPTS[report['args']['accept']]}  Accept-Encoding: gzip", ""]
@@ -516,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpunet-args", default="", metavar="ARGS",
                    help="extra arguments for gpunet-exporter, e.g. --gpunet-args='--fast-interval 0.5'")
     p.add_argument("--node-exporter", help="node_exporter binary (default /usr/bin/prometheus-node-exporter)")
+    p.add_argument("--floor-seconds", type=float, default=20.0,
+                   help="at the end, seconds of a bare Python thread waking every 0.2 s, as gpunet's fast lane does: "
+                        "what a wake costs on this machine at the time of the run (0 skips; default 20)")
     p.add_argument("--keep", action="store_true", help="keep the generated fixture and the exporters' logs")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     p.add_argument("--save", metavar="FILE", help="also write the JSON results to FILE")
@@ -563,6 +601,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.paired_windows > 0:
             report["paired"] = paired(gpunet_argv, g_port, ne_argv, n_port, args, work)
         report["loadavg"]["end"] = loadavg()
+        if args.floor_seconds > 0:
+            # A wake's cost on a VM changes from hour to hour (112 and 247 us the same day here),
+            # and both exporters pay it: it says what state the machine was in.
+            ns = wake_floor(0.2, args.floor_seconds)
+            report["floor"] = {"pct": round(100 * ns / 1e9 / args.floor_seconds, 3),
+                               "us_per_wake": round(ns / 1e3 / (args.floor_seconds / 0.2))}
         report["verdicts"] = verdicts(report["gpunet"], report["node_exporter"], report.get("paired"))
     except RuntimeError as e:
         print(f"exporter_vs_node_exporter: {e}", file=sys.stderr)

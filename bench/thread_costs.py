@@ -32,7 +32,6 @@ import argparse
 import atexit
 import json
 import os
-import queue
 import shlex
 import subprocess
 import sys
@@ -184,37 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.floor_seconds > 0:
         given = build_parser().parse_known_args(shlex.split(args.gpunet_args))[0]
         interval = given.fast_interval
-        ns = wake_floor(interval, args.floor_seconds)
+        ns = bench.wake_floor(interval, args.floor_seconds)
         print(f"\nthe floor: a bare Python thread waking every {interval:g} s, nothing else: "
               f"{100 * ns / 1e9 / args.floor_seconds:.3f}% of a core, "
               f"{ns / 1e3 / (args.floor_seconds / interval):.0f} us of CPU a wake")
     return 0
-
-
-def wake_floor(interval: float, seconds: float) -> int:
-    """CPU ns (schedstat, kernel time included) of a thread that only sleeps until its next
-    tick, as a lane does, for `seconds`."""
-    measured: list[int] = []
-
-    def schedstat_ns() -> int:
-        return int(Path(f"/proc/self/task/{threading.get_native_id()}/schedstat").read_text().split()[0])
-
-    def sleeper() -> None:
-        wakes: queue.SimpleQueue[None] = queue.SimpleQueue()  # never put: each get times out, as a lane's
-        deadline = time.monotonic()
-        start = schedstat_ns()
-        for _ in range(round(seconds / interval)):
-            deadline += interval
-            try:
-                wakes.get(timeout=max(deadline - time.monotonic(), 0.0))
-            except queue.Empty:
-                pass
-        measured.append(schedstat_ns() - start)
-
-    thread = threading.Thread(target=sleeper, name="floor")
-    thread.start()
-    thread.join()
-    return measured[0]
 
 
 if __name__ == "__main__":
