@@ -20,14 +20,12 @@ from collections.abc import Callable
 from itertools import repeat
 from operator import itemgetter, le
 
-from exporter.samples import Sample
+from exporter.samples import SERIES, VALUE, Sample
 
 # Series not read for this many ticks (calls of `apply`: a slow collector's reads, a fast
 # collector's refreshes) are forgotten, bounding memory as NICs come and go.
 FORGET_AFTER_TICKS = 3000
 INF = float("inf")
-_SERIES = itemgetter(0, 1)  # a Sample's (metric, labels)
-_VALUE = itemgetter(2)
 
 
 def _no_counters(samples: list[Sample]) -> tuple[()]:
@@ -63,9 +61,9 @@ class MonotonicCounters:
         self._tick += 1
         layout = self._layout
         if layout is not None:
-            series = list(map(_SERIES, samples))
+            series = list(map(SERIES, samples))
             if series == layout.series:
-                raw = list(map(_VALUE, layout.counters(samples)))
+                raw = list(map(VALUE, layout.counters(samples)))
                 # Every counter rose or stood still (NaN compares false; -1 is below any reading
                 # kept), and none is infinite: each exports its raw value and what it carries, as before.
                 if all(map(le, layout.raw, raw)) and INF not in raw:
@@ -138,7 +136,7 @@ class MonotonicCounters:
         else:
             counters = itemgetter(*positions)
         picked = counters(samples)
-        raw = list(map(_VALUE, picked))
+        raw = list(map(VALUE, picked))
         if not (all(map(le, repeat(0.0), raw)) and INF not in raw):  # -1, NaN, inf: no reading to go on from
             return None
         keys = [(s[0].name, s[1]) for s in picked]
@@ -146,7 +144,7 @@ class MonotonicCounters:
             return None
         carried = [(place, k, out[place].value - samples[place].value) for k, place in enumerate(positions)
                    if out[place] is not samples[place]]
-        return _Layout(list(map(_SERIES, samples)), counters, raw, keys, carried)
+        return _Layout(list(map(SERIES, samples)), counters, raw, keys, carried)
 
     def _settle(self, layout: _Layout | None, tick: int) -> None:
         """Write what the short way kept (the last raw values, and so what was exported, at

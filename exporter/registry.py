@@ -17,7 +17,7 @@ from operator import itemgetter
 
 from exporter.exposition import Family, Renderer
 from exporter.process import ProcessMetrics
-from exporter.samples import Sample
+from exporter.samples import SERIES, Sample
 from gpunet import __version__
 from gpunet.contract import (
     COLLECTOR_DURATION,
@@ -37,7 +37,6 @@ from gpunet.contract import (
 
 log = logging.getLogger("gpunet.exporter")
 LABELS = itemgetter(1)  # a Sample's labels
-SERIES = itemgetter(0, 1)  # a Sample's (metric, labels)
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
