@@ -22,10 +22,8 @@ import argparse
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -35,42 +33,16 @@ import exporter_vs_node_exporter as bench  # noqa: E402
 import make_fixture  # noqa: E402
 
 
-def one_run(trees: list[Path], root: Path, windows: int, seconds: float) -> list[tuple[float, float]]:
-    """[(cpu % of trees[0], of trees[1])] per window, both running at once."""
-    procs, ports = [], []
-    try:
-        for tree in trees:
-            port = bench.free_port()
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "exporter", "--root", str(root), "--listen", f"127.0.0.1:{port}"],
-                cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-            bench.wait_ready(procs[-1], port, bench.PROMETHEUS_ACCEPT)
-            ports.append(port)
-        scrapers = [bench.Scraper(port, bench.PROMETHEUS_ACCEPT) for port in ports]
-        t_next = time.monotonic()
-
-        def scrape_until(end: float) -> None:
-            nonlocal t_next
-            while t_next + 1.0 <= end:
-                for i, scraper in enumerate(scrapers):
-                    time.sleep(max(0.0, t_next + 0.5 * i - time.monotonic()))
-                    scraper.get()
-                t_next += 1.0
-
-        scrape_until(t_next + 15.0)  # warm-up: the scrape rhythm learned, caches filled
-        out = []
-        for _ in range(windows):
-            cpu = [bench.CpuWindow(p.pid) for p in procs]
-            scrape_until(t_next + seconds)
-            a, b = (r.get("cpu_pct_schedstat", r["cpu_pct"]) for r in (w.result() for w in cpu))
-            out.append((a, b))
-        for scraper in scrapers:
-            scraper.close()
-        return out
-    finally:
-        for p in procs:
-            bench.stop(p)
+def one_run(trees: list[Path], root: Path, windows: int, seconds: float, work: Path) -> list[list[float]]:
+    """[[cpu % of trees[0], of trees[1]]] per window, both running at once."""
+    sides = []
+    for n, tree in enumerate(trees):
+        port = bench.free_port()
+        # Run from its own tree: `-m` puts the working folder first on the path.
+        sides.append(bench.Side(f"tree{n}", [sys.executable, "-m", "exporter", "--root", str(root), "--listen",
+                                             f"127.0.0.1:{port}"], port, tree, {**os.environ, "PYTHONPATH": str(tree)}))
+    # Scraped through the warm-up: the scrape rhythm learned, caches filled before the windows.
+    return bench.side_by_side(sides, bench.PROMETHEUS_ACCEPT, 15.0, windows, seconds, work, scrape_warmup=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             make_fixture.generate(root, 8, 32, gpus=True)
         medians = []
         for order in ([args.before, args.after], [args.after, args.before]):
-            rows = one_run(order, root, args.windows, args.seconds)
+            rows = one_run(order, root, args.windows, args.seconds, Path(tmp))
             ratios = []
             print(f"started first: {order[0]}")
             for first, second in rows:

@@ -48,6 +48,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -309,45 +310,73 @@ def measure(name: str, argv: list[str], port: int, args: argparse.Namespace, std
     return result
 
 
+class Side(NamedTuple):
+    """One exporter of a side-by-side run."""
+
+    name: str
+    argv: list[str]
+    port: int
+    cwd: Path = REPO
+    env: dict[str, str] | None = None
+
+
+def side_by_side(sides: list[Side], accept: str, warmup: float, windows: int, seconds: float, work: Path,
+                 scrape_warmup: bool = False) -> list[list[float]]:
+    """Every side at once, each scraped once a second (1/len(sides) of a second apart), and
+    the CPU (% of a core) of each over the same windows: [[side 0, side 1, ...] per window].
+    `scrape_warmup`: scraped through the warm-up too (gpunet then knows the scrapes' rhythm
+    from the first window on)."""
+    procs: list[subprocess.Popen] = []
+    try:
+        for side in sides:
+            with open(work / f"side-{side.name}.log", "wb") as err:
+                procs.append(subprocess.Popen(side.argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                              cwd=side.cwd, env=side.env, start_new_session=True))
+            wait_ready(procs[-1], side.port, accept)
+        scrapers = [Scraper(side.port, accept) for side in sides]
+
+        def scrape_for(length: float) -> None:
+            t_next = time.monotonic()
+            end = t_next + length
+            while t_next + 1.0 <= end:
+                for i, scraper in enumerate(scrapers):
+                    time.sleep(max(0.0, t_next + i / len(scrapers) - time.monotonic()))
+                    scraper.get()
+                t_next += 1.0
+            time.sleep(max(0.0, end - time.monotonic()))
+
+        if scrape_warmup:
+            scrape_for(warmup)
+        else:
+            time.sleep(warmup)
+        rows = []
+        for _ in range(windows):
+            cpu = [CpuWindow(p.pid) for p in procs]
+            scrape_for(seconds)
+            # On-CPU nanoseconds where the kernel gives them: a 30 s window at 1% is only 30 clock ticks.
+            rows.append([r.get("cpu_pct_schedstat", r["cpu_pct"]) for r in (w.result() for w in cpu)])
+        for scraper in scrapers:
+            scraper.close()
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"{p.args[0]} exited with status {p.returncode} during the windows")
+        return rows
+    finally:
+        for p in procs:
+            stop(p)
+
+
 def paired(gpunet_argv: list[str], g_port: int, ne_argv: list[str], n_port: int, args: argparse.Namespace,
            work: Path) -> dict:
     """Both exporters at once, each scraped once a second (half a second apart), their CPU
     measured over the same windows: whatever else the machine does weighs on both alike, so
     the ratio of one window is steadier than that of two runs a minute apart."""
-    accept = ACCEPTS[args.accept]
-    procs = []
-    try:
-        for name, argv, port in (("gpunet-exporter", gpunet_argv, g_port), ("node_exporter", ne_argv, n_port)):
-            with open(work / f"paired-{name}.log", "wb") as err:
-                procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, cwd=REPO,
-                                              start_new_session=True))
-            wait_ready(procs[-1], port, accept)
-        log(f"paired: both running; warming up {args.warmup} s, then {args.paired_windows} windows of "
-            f"{args.paired_seconds} s, both scraped once a second")
-        time.sleep(args.warmup)
-        scrapers = [Scraper(g_port, accept), Scraper(n_port, accept)]
-        windows = []
-        for _ in range(args.paired_windows):
-            cpu = [CpuWindow(p.pid) for p in procs]
-            t_next = time.monotonic()
-            end = t_next + args.paired_seconds
-            while t_next + 1.0 <= end:
-                for i, scraper in enumerate(scrapers):
-                    time.sleep(max(0.0, t_next + 0.5 * i - time.monotonic()))
-                    scraper.get()
-                t_next += 1.0
-            time.sleep(max(0.0, end - time.monotonic()))
-            # On-CPU nanoseconds where the kernel gives them: a 30 s window at 1% is only 30 clock ticks.
-            g, n = (r.get("cpu_pct_schedstat", r["cpu_pct"]) for r in (w.result() for w in cpu))
-            windows.append({"gpunet_pct": g, "node_exporter_pct": n, "ratio": round(g / n, 3) if n > 0 else None})
-        for scraper in scrapers:
-            scraper.close()
-        for p in procs:
-            if p.poll() is not None:
-                raise RuntimeError(f"{p.args[0]} exited with status {p.returncode} during the paired windows")
-    finally:
-        for p in procs:
-            stop(p)
+    log(f"paired: both running; warming up {args.warmup} s, then {args.paired_windows} windows of "
+        f"{args.paired_seconds} s, both scraped once a second")
+    rows = side_by_side([Side("gpunet-exporter", gpunet_argv, g_port), Side("node_exporter", ne_argv, n_port)],
+                        ACCEPTS[args.accept], args.warmup, args.paired_windows, args.paired_seconds, work)
+    windows = [{"gpunet_pct": g, "node_exporter_pct": n, "ratio": round(g / n, 3) if n > 0 else None}
+               for g, n in rows]
     ratios = [w["ratio"] for w in windows if w["ratio"] is not None]
     return {"windows": windows, "median_ratio": round(statistics.median(ratios), 3) if ratios else None}
 
