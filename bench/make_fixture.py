@@ -368,7 +368,9 @@ def write_nvml(w: Writer, ports: int) -> None:
     gpus = [{"index": g, "uuid": f"GPU-5f3c{g:04x}-8a1e-4b2c-9d7e-0c1a2b3c{g:04x}", "name": "NVIDIA H100 80GB HBM3",
              "pci_bus_id": GPU_BUS_IDS[g % len(GPU_BUS_IDS)], "numa_node": 0 if g < ports // 2 else 1,
              "utilization_gpu": 0, "sm_clock_hz": 1980000000, "clock_event_reasons": []} for g in range(ports)]
-    w.write("nvml.json", json.dumps({"driver_version": "550.90.07", "gpus": gpus}, indent=2) + "\n")
+    # H100s keep a utilization sample buffer, sampled every 1/6 s: the exporter reads it once a second.
+    w.write("nvml.json", json.dumps({"driver_version": "550.90.07", "sample_period_seconds": 1 / 6, "gpus": gpus},
+                                    indent=2) + "\n")
     for gpu in gpus:  # their PCI functions, for the PCIe link facts
         bus = gpu["pci_bus_id"].lower()
         dev = f"sys/bus/pci/devices/{bus.split(':', 1)[0][-4:]}:{bus.split(':', 1)[1]}"

@@ -11,9 +11,11 @@ The fast tick only adds up (`update`); the samples are made when a scrape asks f
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
+from collections import deque
 
 from exporter.inventory import Nic
-from exporter.samples import Sample
+from exporter.samples import NetworkTick, Sample
 from gpunet.contract import (
     ACTIVE_RATIO,
     NETWORK_STATES,
@@ -29,6 +31,33 @@ from gpunet.contract import (
 # hundred), as exporter/counters.py bounds its state.
 FORGET_LEFT_NICS_AFTER = 600.0  # seconds
 _DIRECTION = {NIC_RECEIVE_BYTES.name: "receive", NIC_TRANSMIT_BYTES.name: "transmit"}
+# The states of the last ticks are kept for GPUs read once a second from their driver's
+# sample buffer (collectors/gpu.py): each sample's idle time goes to the states of the ticks
+# it spans. 64 ticks: 12.8 s at the default 0.2 s, many reads' worth.
+HISTORY_TICKS = 64
+
+
+def time_in_states(ticks: list[NetworkTick], ends: list[float], start: float, end: float) -> dict[str, float]:
+    """How the time (start, end] divides among network states, by the ticks (in order, `ends`
+    their ends) it overlaps. Time before the first tick counts in its state, time after the
+    last in the last's: the newest driver sample may end a moment past the latest tick.
+    Without ticks (no wire collector), all of it is quiet."""
+    if not ticks:
+        return {"quiet": end - start}
+    out: dict[str, float] = {}
+    first, last = ticks[0], ticks[-1]
+    if start < first.start:
+        out[first.state] = min(first.start, end) - start
+    if end > last.end:
+        out[last.state] = out.get(last.state, 0.0) + end - max(last.end, start)
+    for i in range(bisect_right(ends, start), len(ticks)):
+        tick = ticks[i]
+        if tick.start >= end:
+            break
+        overlap = min(tick.end, end) - max(tick.start, start)
+        if overlap > 0:
+            out[tick.state] = out.get(tick.state, 0.0) + overlap
+    return out
 
 
 class LinkLoad:
@@ -44,6 +73,8 @@ class LinkLoad:
         self.bursts = 0
         self.network_state = "quiet"  # of the latest tick
         self.tick_seconds = 0.0  # length of the latest tick
+        # The last ticks with their states, oldest first (read on the fast lane, which writes it).
+        self.ticks: deque[NetworkTick] = deque(maxlen=HISTORY_TICKS)
         self._nics: dict[str, Nic] = {}  # of the latest tick
         self._left: dict[str, float] = {}  # device -> when it left, while its sums are kept
         # Held by `update` (the fast tick) and `samples` (a scrape): a scrape sees a whole tick.
@@ -87,6 +118,7 @@ class LinkLoad:
             if state != "quiet" and self.network_state == "quiet":
                 self.bursts += 1
             self.network_state = state
+            self.ticks.append(NetworkTick(now - dt, now, state))
         self.tick_seconds = dt
         new_inventory = nics is not self._nics  # discovery returns the same dict while the NICs are the same
         self._last, self._last_pauses, self._last_time, self._nics = bytes_now, pauses_now, now, nics

@@ -199,7 +199,7 @@ class Sampler:
             derived = run(LINK_LOAD, limit, self._derive_link_load, ctx, wire)
             if isinstance(derived, float):
                 self.registry.publish(LINK_LOAD, [], derived, 0, live=self.link_load.samples)
-                ctx = TickContext(now, nics, self.link_load.network_state, refresh_all)
+                ctx = TickContext(now, nics, self.link_load.network_state, refresh_all, self.link_load.ticks)
             else:  # a bug in link_load, or hung: logged, its series kept from the last tick
                 log.error("link_load failed: %r", derived)
         for c in self.fast:

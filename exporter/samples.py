@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import NamedTuple, Protocol
 
@@ -25,6 +26,15 @@ SERIES = itemgetter(0, 1)  # (metric, labels)
 VALUE = itemgetter(2)
 
 
+class NetworkTick(NamedTuple):
+    """One fast tick of the node's network (exporter/link_load.py): the time (start, end] and
+    the node's network_state in it."""
+
+    start: float  # monotonic seconds
+    end: float
+    state: str
+
+
 class TickContext(NamedTuple):
     """What a collector may know about the tick it runs in. (A tuple: two are made every fast
     tick, and a frozen dataclass costs several times as much to make.)"""
@@ -36,6 +46,10 @@ class TickContext(NamedTuple):
     # a fast collector then returns only what the fast-tick correlation needs (its
     # `refreshed_series` left out), and the scrape keeps serving the last refresh of those.
     refresh_all: bool = True
+    # The last fast ticks' network states, oldest first, up to this one: for what is read less
+    # often than every fast tick but knows when each of its readings was taken (a GPU's
+    # sample buffer, collectors/gpu.py). Read on the fast lane only, which writes it.
+    network_ticks: Sequence[NetworkTick] = ()
 
 
 class Collector(Protocol):

@@ -2,6 +2,7 @@
 state, throttling, a GPU lost or hung mid-run, and no NVML at all."""
 
 import json
+import math
 import time
 
 import pytest
@@ -9,7 +10,8 @@ from exporter_harness import Node
 from test_fixture_nodes import ethtool, set_ethtool
 
 from exporter.inventory import InventoryOptions
-from exporter.readers.nvml import reasons_from_mask
+from exporter.readers.gpus import GpuSource
+from exporter.readers.nvml import FixtureGpus, GpuActivity, GpuIdentity, GpuLost, reasons_from_mask
 from exporter.registry import Registry
 from exporter.root import Root
 from exporter.sampler import Sampler
@@ -245,3 +247,126 @@ def test_gpu_health_is_what_nvml_says_and_absent_where_the_gpu_does_not_say(node
     (root / "nvml.json").write_text(json.dumps(doc))
     node.tick(now=62.0)
     assert not node.series("gpunet_gpu_nvlink_errors_total") and not node.series("gpunet_gpu_remapped_rows")
+
+
+# --- GPUs with a utilization sample buffer --------------------------------------------------
+PERIOD = 1 / 6  # the driver's sample period on data-centre GPUs
+
+
+class BufferedGpus:
+    """A GPU backend on the test's clock (`clock`, set before each tick): two GPUs whose
+    driver samples utilization every PERIOD, `utilization(time)` at each sample, handed
+    over as NVML's buffer is, the samples since the last read."""
+
+    def __init__(self, utilization):
+        self.utilization = utilization
+        self.clock = 0.0
+        self.reads = 0
+        self.lost: set[int] = set()
+        self._sampled: dict[int, int] = {}
+
+    def open(self):
+        return "550.54.15"
+
+    def close(self):
+        pass
+
+    def gpus(self):
+        return [GpuIdentity(i, f"GPU-{i}", "H100", f"0000:{0x18 + i:02x}:00.0", "0") for i in (0, 1)]
+
+    def activity(self, index, sm_clock=True):
+        self.reads += 1
+        if index in self.lost:
+            raise GpuLost(f"gpu {index}", "NVML_ERROR_GPU_IS_LOST")
+        newest = int(self.clock / PERIOD + 1e-9)
+        first = self._sampled.get(index, -1) + 1
+        self._sampled[index] = newest
+        history = tuple((n * PERIOD, self.utilization(n * PERIOD)) for n in range(first, newest + 1))
+        return GpuActivity(history[-1][1] if history else 0.0, 1.98e9, frozenset(), history)
+
+
+def buffered_node(node_copy, utilization):
+    root = node_copy("roce-mlx5")
+    node = Node(root)
+    backend = BufferedGpus(utilization)
+    node.sampler = Sampler(Root(root), node.registry, InventoryOptions(), gpus=GpuSource(backend),
+                           collectors=["wire", "gpu"])
+    return root, node, backend
+
+
+def test_a_gpu_with_a_sample_buffer_is_read_once_a_second_and_each_sample_split_by_the_ticks_it_spans(node_copy):
+    """Each driver sample's idle time goes to the network states of the fast ticks its period
+    spans, as a fine-grained integration of the same timelines says, while the GPUs are
+    read once a second rather than at every fast tick."""
+    def utilization(t):
+        return 0.9 if t < 0.5 else 0.1 if t < 1.3 else 0.7
+
+    root, node, backend = buffered_node(node_copy, utilization)
+    paused_ticks = {0.6, 1.4}  # the fast ticks (t - 0.2, t] in which the fabric received pauses
+    times = [round(0.2 * i, 1) for i in range(11)]  # 0.0 .. 2.0
+    for t in times:
+        if t in paused_ticks:
+            pauses = ethtool(root, "ens1f0np0")["rx_prio3_pause"]
+            set_ethtool(root, "ens1f0np0", rx_prio3_pause=pauses + 100)
+        backend.clock = t
+        node.tick(slow=t == 0.0, now=t)
+    assert backend.reads == 2 * 3  # at 0.0, 1.0 and 2.0: three reads a GPU, where polling makes eleven
+
+    # The same, integrated on a 0.1 ms grid: sample n holds utilization(n * PERIOD) over its
+    # period before, and the state is the tick's that holds the instant.
+    expected = dict.fromkeys(STATES, 0.0)
+    busy = 0.0
+    step = 1e-4
+    for k in range(int(2.0 / step)):
+        x = (k + 0.5) * step
+        u = utilization(math.ceil(x / PERIOD - 1e-9) * PERIOD)
+        tick_end = round(math.ceil(x / 0.2 - 1e-9) * 0.2, 1)
+        state = "paused" if tick_end in paused_ticks else "quiet"
+        busy += u * step
+        expected[state] += (1 - u) * step
+    for gpu in "01":
+        assert node.value("gpunet_gpu_busy_seconds_total", gpu=gpu) == pytest.approx(busy, abs=1e-3)
+        assert idle(node, gpu) == pytest.approx(expected, abs=1e-3)
+        assert expected["paused"] > 0.1  # the paused ticks fall between reads, and count
+        assert node.value("gpunet_gpu_up", gpu=gpu) == 1.0
+
+
+def test_a_buffered_gpu_counts_nothing_from_before_its_first_read_and_a_lost_one_shows_at_the_next_read(node_copy):
+    root, node, backend = buffered_node(node_copy, lambda t: 0.5)
+    backend.clock = 30.0  # the driver has sampled for a while before the exporter's first read
+    node.tick(now=30.0)
+    assert node.value("gpunet_gpu_busy_seconds_total", gpu="0") == 0.0
+    backend.clock = 31.0
+    node.tick(slow=False, now=31.0)
+    assert node.value("gpunet_gpu_busy_seconds_total", gpu="0") == pytest.approx(0.5)
+    backend.lost.add(1)
+    for t in (31.2, 31.4):  # between reads: GPU 1 is not asked, and shows as at its last read
+        backend.clock = t
+        node.tick(slow=False, now=t)
+    assert node.value("gpunet_gpu_up", gpu="1") == 1.0
+    backend.clock = 32.0
+    node.tick(slow=False, now=32.0)
+    assert node.value("gpunet_gpu_up", gpu="1") == 0.0
+    assert node.value("gpunet_gpu_busy_seconds_total", gpu="1") is None
+    assert node.value("gpunet_gpu_busy_seconds_total", gpu="0") == pytest.approx(1.0)
+
+
+def test_the_fixture_buffer_samples_the_timeline_at_its_period_and_loses_what_overflows(tmp_path):
+    path = tmp_path / "nvml.json"
+    path.write_text(json.dumps({
+        "driver_version": "550.54.15", "sample_period_seconds": 0.05, "sample_buffer": 20,
+        "gpus": [{"index": 0, "uuid": "GPU-0", "utilization_gpu": 20}],
+        "timeline": [{"after": 0.2, "gpus": {"0": {"utilization_gpu": 80}}}]}))
+    gpus = FixtureGpus(path)
+    gpus.open()
+    time.sleep(0.12)
+    first = gpus.activity(0).history
+    time.sleep(0.15)
+    second = gpus.activity(0).history
+    assert first and second
+    stamps = [t for t, _ in first + second]
+    assert all(b - a == pytest.approx(0.05) for a, b in zip(stamps, stamps[1:]))  # one period apart, none twice
+    for at, value in first + second:
+        assert value == (0.8 if at - gpus._started >= 0.2 - 1e-9 else 0.2)
+    time.sleep(1.1)
+    assert len(gpus.activity(0).history) == 20  # the buffer's size: older samples are gone

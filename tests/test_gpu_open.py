@@ -15,7 +15,14 @@ from exporter_harness import Node
 
 from exporter.inventory import InventoryOptions
 from exporter.readers.gpus import GpuSource
-from exporter.readers.nvml import NVML_ERROR_GPU_IS_LOST, NVML_ERROR_TIMEOUT, NvmlGpus
+from exporter.readers.nvml import (
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_TIMEOUT,
+    NvmlGpus,
+    on_monotonic_clock,
+)
 from exporter.root import Root, SourceError
 from exporter.sampler import Sampler
 from gpunet.contract import NVLINK_ERROR_KINDS
@@ -31,7 +38,9 @@ class NVMLError(Exception):
 
 class FakePynvml:
     """nvidia-ml-py on three Hopper GPUs; `lost` fails nvmlDeviceGetUUID as a GPU off the bus
-    does; `driver_error` fails nvmlSystemGetDriverVersion, the last call of open."""
+    does; `driver_error` fails nvmlSystemGetDriverVersion, the last call of open. Its GPUs
+    keep no utilization sample buffer (they are read at every fast tick, on the ticks' own
+    clock, which these tests give by hand); BufferedPynvml's do."""
 
     NVMLError = NVMLError
 
@@ -95,7 +104,10 @@ class FakePynvml:
         return b"550.54.15"
 
     def nvmlDeviceGetSamples(self, handle, kind, since_us):
-        return 0, [SimpleNamespace(timeStamp=since_us + 1, sampleValue=SimpleNamespace(uiVal=50))]
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return SimpleNamespace(gpu=50)
 
     def nvmlDeviceGetClockInfo(self, handle, clock):
         return 1980
@@ -272,7 +284,7 @@ class FlakySamplesPynvml(FakePynvml):
         if self.samples_error is not None:
             error, self.samples_error = self.samples_error, (self.samples_error if self.samples_error == 3 else None)
             raise NVMLError(error)
-        return super().nvmlDeviceGetSamples(handle, kind, since_us)
+        return 0, [SimpleNamespace(timeStamp=since_us + 1, sampleValue=SimpleNamespace(uiVal=50))]
 
     def nvmlDeviceGetUtilizationRates(self, handle):
         return SimpleNamespace(gpu=20)
@@ -308,18 +320,18 @@ def test_a_gpu_lost_while_running_shows_down_under_its_identity_and_is_set_up_ag
     asked: list[int] = []
     sampled: list[int] = []
     events: list[SimpleNamespace] = []
-    get_handle, get_samples = fake.nvmlDeviceGetHandleByIndex, fake.nvmlDeviceGetSamples
+    get_handle, get_rates = fake.nvmlDeviceGetHandleByIndex, fake.nvmlDeviceGetUtilizationRates
     stale: set[int] = set()  # handles of a GPU reset since
 
     def handle(i):  # a fresh handle each time a GPU is set up: 1, then 101, ...
         asked.append(i)
         return get_handle(i) + 100 * (asked.count(i) - 1)
 
-    def samples(h, kind, since_us):
+    def rates(h):
         sampled.append(h % 100)
         if h % 100 == fake.lost or h in stale:
             raise NVMLError(NVML_ERROR_GPU_IS_LOST)
-        return get_samples(h % 100, kind, since_us)
+        return get_rates(h % 100)
 
     def wait(event_set, timeout_ms):
         if not events:
@@ -327,7 +339,7 @@ def test_a_gpu_lost_while_running_shows_down_under_its_identity_and_is_set_up_ag
         return events.pop()
 
     fake.nvmlDeviceGetHandleByIndex = handle
-    fake.nvmlDeviceGetSamples = samples
+    fake.nvmlDeviceGetUtilizationRates = rates
     fake.nvmlEventSetWait = wait
     for name in ("nvmlDeviceGetPciInfo", "nvmlDeviceGetUUID", "nvmlDeviceGetNumaNodeId"):
         plain = getattr(fake, name)
@@ -373,3 +385,44 @@ def test_a_gpu_lost_while_running_shows_down_under_its_identity_and_is_set_up_ag
     assert node.value("gpunet_gpu_up", gpu="1") == 1.0 and source.backend._gpus[1] is not old
     source.close()
     assert not fake.gpm_samples  # the lost handle's samples are freed too
+
+
+class BufferedPynvml(FakePynvml):
+    """GPUs with a utilization sample buffer, stamped as NVML stamps it: µs of the wall clock."""
+
+    def __init__(self):
+        super().__init__()
+        self.buffer: list[tuple[int, int]] = []  # (stamp, percent), as the driver holds them
+
+    def nvmlDeviceGetSamples(self, handle, kind, since_us):
+        fresh = [SimpleNamespace(timeStamp=stamp, sampleValue=SimpleNamespace(uiVal=percent))
+                 for stamp, percent in self.buffer if stamp > since_us]
+        if not fresh:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return 0, fresh
+
+
+def test_the_sample_buffer_is_handed_over_on_the_monotonic_clock_once_each(monkeypatch):
+    fake = BufferedPynvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    gpus = NvmlGpus(Root("/"))
+    gpus.open()
+    wall = time.time()
+    # Out of order, and one value past 100%: sorted, and clamped.
+    fake.buffer = [(int((wall - 1 / 3) * 1e6), 250), (int((wall - 0.5) * 1e6), 40), (int((wall - 1 / 6) * 1e6), 60)]
+    first = gpus.activity(0)
+    ages = [time.monotonic() - at for at, _ in first.history]
+    assert ages == pytest.approx([0.5, 1 / 3, 1 / 6], abs=0.05)
+    assert [value for _, value in first.history] == [0.4, 1.0, 0.6]
+    assert first.utilization == pytest.approx((0.4 + 1.0 + 0.6) / 3)
+    assert gpus.activity(0).history == ()  # nothing new: still a buffered GPU, with no sample
+    fake.buffer.append((int(time.time() * 1e6), 10))
+    assert [value for _, value in gpus.activity(0).history] == [0.1]
+    gpus.close()
+
+
+def test_stamps_of_another_clock_are_placed_by_their_spacing_the_newest_now():
+    assert on_monotonic_clock([1_000_000, 1_500_000], wall_now=1.7e9, monotonic_now=500.0) == [499.5, 500.0]
+    wall, monotonic = 1.7e9, 500.0
+    stamps = [int((wall - 0.25) * 1e6), int(wall * 1e6)]
+    assert on_monotonic_clock(stamps, wall, monotonic) == pytest.approx([499.75, 500.0])

@@ -1,8 +1,10 @@
 """Saturated seconds and network_state at the fast tick, from byte counters."""
 
+import pytest
+
 from exporter.inventory import Nic
-from exporter.link_load import LinkLoad
-from exporter.samples import Sample
+from exporter.link_load import LinkLoad, time_in_states
+from exporter.samples import NetworkTick, Sample
 from gpunet.contract import NIC_RECEIVE_BYTES, NIC_TRANSMIT_BYTES
 
 SPEED = 100e9 / 8  # 100 Gb/s in bytes per second
@@ -94,3 +96,28 @@ def test_a_management_nic_burst_is_not_a_fabric_burst():
     nics = {"fabric": nic("fabric"), "mgmt": nic("mgmt", fabric=False)}
     out, _ = feed(LinkLoad(), nics, [{"mgmt": (0.99, 0)}, {}, {"mgmt": (0.99, 0)}])
     assert by_labels(out, "gpunet_node_network_bursts_total") == {(): 0.0}
+
+
+def test_the_last_ticks_are_kept_with_their_states_end_to_end():
+    load = LinkLoad()
+    nics = {"eth0": nic("eth0")}
+    _, states = feed(load, nics, [{"eth0": (0.0, 0)}, {"eth0": (0.0, 5)}, {"eth0": (0.95, 0)}])
+    assert [(t.start, t.end, t.state) for t in load.ticks] == [
+        (0.0, 0.2, "quiet"), (0.2, 0.4, "paused"), (0.4, pytest.approx(0.6), "saturated")]
+    assert [t.state for t in load.ticks] == states
+
+
+@pytest.mark.parametrize(("start", "end"), [(0.05, 0.13), (0.1, 0.9), (-0.3, 0.25), (0.55, 1.4), (-1.0, 2.0),
+                                            (0.2, 0.4), (0.7, 0.8)])
+def test_time_in_states_is_the_overlap_with_each_tick(start, end):
+    ticks = [NetworkTick(0.0, 0.2, "quiet"), NetworkTick(0.2, 0.4, "paused"), NetworkTick(0.4, 0.6, "active")]
+    got = time_in_states(ticks, [t.end for t in ticks], start, end)
+    # On a fine grid: before the first tick counts as the first, after the last as the last.
+    expected: dict[str, float] = {}
+    step = 1e-4
+    for k in range(round((end - start) / step)):
+        x = start + (k + 0.5) * step
+        tick = ticks[0] if x <= 0.0 else ticks[-1] if x > 0.6 else next(t for t in ticks if t.start < x <= t.end)
+        expected[tick.state] = expected.get(tick.state, 0.0) + step
+    assert {s: v for s, v in got.items() if v > 1e-9} == pytest.approx(expected, abs=1e-3)
+    assert time_in_states([], [], start, end) == {"quiet": pytest.approx(end - start)}

@@ -12,6 +12,13 @@ fell off the bus), ``hang_seconds`` (an NVML call that blocks) and ``nvml_error`
 readings as time passes since the backend opened (``timeline_period`` repeats it), so a
 test can feed a sequence of readings; the file is also re-read whenever it changes.
 
+A top-level ``sample_period_seconds`` stands in for the driver's utilization sample buffer
+(nvmlDeviceGetSamples): the GPUs are then sampled every that many seconds since the backend
+opened, each sample taking the timeline's utilization at its time, and each activity read
+hands over the samples since the last one (at most ``sample_buffer`` of them, 100 by
+default: older ones are lost, as in a driver's ring buffer). Without it the GPUs keep no
+buffer and are read at every fast tick.
+
 For workload attribution (collectors/gpu_workload.py) a GPU may list ``processes``, the
 compute processes running on it as nvmlDeviceGetComputeRunningProcesses reports them:
 ``[{"pid": 4242, "used_memory_bytes": 71000000000}]`` (pid: the host's process id, whose
@@ -45,6 +52,11 @@ NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_NO_PERMISSION = 4
+FIXTURE_SAMPLE_BUFFER = 100
+# NVML stamps its samples with the CPU's wall clock in microseconds; a stamp further than
+# this from time.time() is taken as another clock, and the samples are placed by their
+# spacing, the newest now.
+PLAUSIBLE_STAMP_SECONDS = 60.0
 NVML_GPU_UTILIZATION_SAMPLES = 1
 NVML_CLOCK_SM = 1
 NVML_TEMPERATURE_GPU = 0
@@ -76,6 +88,10 @@ class GpuActivity(NamedTuple):
     utilization: float  # 0..1, the fraction of time a kernel ran
     sm_clock_hz: float | None  # None where not asked for (activity(sm_clock=False)) or not known
     reasons: frozenset[str]  # active throttle reasons, contract names
+    # The driver's utilization samples newer than the last read, oldest first, as (monotonic
+    # seconds, 0..1), each the utilization over the driver's sample period before it; None
+    # where the GPU keeps no sample buffer (it is then read at every fast tick).
+    history: tuple[tuple[float, float], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +146,7 @@ class FixtureGpus:
         self._started = time.monotonic()
         self._key: tuple[int, int] | None = None
         self._doc: dict = {}
+        self._sampled: dict[int, int] = {}  # GPU -> the number of its last sample handed over
 
     def open(self) -> str:
         return str(self._load().get("driver_version", ""))
@@ -153,18 +170,14 @@ class FixtureGpus:
         return self._doc
 
     def _gpu(self, index: int) -> dict:
+        """The GPU's entry as the timeline has it now."""
         doc = self._load()
         gpu = next((g for g in doc["gpus"] if g.get("index") == index), None)
         if gpu is None:
             raise GpuLost(f"{self.path} gpu {index}", "GPU no longer listed")
         gpu = dict(gpu)
-        elapsed = time.monotonic() - self._started
-        period = doc.get("timeline_period")
-        if period:
-            elapsed %= float(period)
-        for step in doc.get("timeline", []):
-            if float(step.get("after", 0)) <= elapsed:
-                gpu.update(step.get("gpus", {}).get(str(index), {}))
+        for changes in self._timeline(doc, index, time.monotonic() - self._started):
+            gpu.update(changes)
         where = f"{self.path} gpu {index}"
         if gpu.get("hang_seconds"):
             time.sleep(float(gpu["hang_seconds"]))
@@ -173,6 +186,16 @@ class FixtureGpus:
         if gpu.get("nvml_error"):
             raise SourceError(where, str(gpu["nvml_error"]))
         return gpu
+
+    @staticmethod
+    def _timeline(doc: dict, index: int, elapsed: float) -> list[dict]:
+        """The timeline's changes to a GPU in force `elapsed` seconds after the backend opened, in order."""
+        period = doc.get("timeline_period")
+        if period:
+            elapsed %= float(period)
+        key = str(index)
+        return [step.get("gpus", {}).get(key, {}) for step in doc.get("timeline", [])
+                if float(step.get("after", 0)) <= elapsed]
 
     def gpus(self) -> list[GpuIdentity]:
         out = []
@@ -186,14 +209,37 @@ class FixtureGpus:
         return out
 
     def activity(self, index: int, sm_clock: bool = True) -> GpuActivity:
+        now = time.monotonic()
         g = self._gpu(index)
         try:
-            utilization = float(g["utilization_gpu"]) / 100.0
+            utilization = _ratio(g["utilization_gpu"])
             clock = g.get("sm_clock_hz") if sm_clock else None
             reasons = frozenset(g.get("clock_event_reasons", []))
+            period = self._doc.get("sample_period_seconds")
+            history = None if not period else self._samples(index, float(period), now)
         except (KeyError, TypeError, ValueError) as e:
             raise SourceError(f"{self.path} gpu {index}", f"bad reading: {e!r}") from e
-        return GpuActivity(min(max(utilization, 0.0), 1.0), float(clock) if clock is not None else None, reasons)
+        if history:
+            utilization = history[-1][1]
+        return GpuActivity(utilization, float(clock) if clock is not None else None, reasons, history)
+
+    def _samples(self, index: int, period: float, now: float) -> tuple[tuple[float, float], ...]:
+        """The buffer's samples since the last read: the n-th taken n periods after the backend
+        opened, with the timeline's utilization then."""
+        if period <= 0:
+            raise ValueError(f"sample_period_seconds must be positive, got {period}")
+        doc = self._doc
+        newest = int((now - self._started) / period)
+        first = max(self._sampled.get(index, -1) + 1, newest - int(doc.get("sample_buffer", FIXTURE_SAMPLE_BUFFER)) + 1, 0)
+        self._sampled[index] = newest
+        base = next(g for g in doc["gpus"] if g.get("index") == index)["utilization_gpu"]  # _gpu found it
+        out = []
+        for n in range(first, newest + 1):
+            utilization = base
+            for changes in self._timeline(doc, index, n * period) if "timeline" in doc else ():
+                utilization = changes.get("utilization_gpu", utilization)
+            out.append((self._started + n * period, _ratio(utilization)))
+        return tuple(out)
 
     def details(self, index: int) -> GpuDetails:
         g = self._gpu(index)
@@ -256,6 +302,21 @@ class FixtureGpus:
             for xid, count in (g.get("xid_errors") or {}).items():
                 out[(int(g["index"]), int(xid))] = int(count)
         return out
+
+
+def _ratio(percent: object) -> float:
+    """A utilization in percent as 0..1 (a driver's odd value clamped, not passed on)."""
+    return min(max(float(percent) / 100.0, 0.0), 1.0)  # type: ignore[arg-type]
+
+
+def on_monotonic_clock(stamps_us: list[int], wall_now: float, monotonic_now: float) -> list[float]:
+    """NVML's sample stamps (µs of the wall clock) as monotonic seconds; stamps of another
+    clock are placed by their spacing, the newest at `monotonic_now`."""
+    newest = stamps_us[-1] / 1e6
+    if abs(newest - wall_now) <= PLAUSIBLE_STAMP_SECONDS:
+        offset = wall_now - monotonic_now
+        return [min(s / 1e6 - offset, monotonic_now) for s in stamps_us]
+    return [monotonic_now - (newest - s / 1e6) for s in stamps_us]
 
 
 # --- live backend ----------------------------------------------------------------------------
@@ -493,7 +554,7 @@ class NvmlGpus:
         nv, gpu = self._nvml, self._live(index)
         where = f"NVML gpu {index}"
         try:
-            utilization = self._utilization(gpu)
+            utilization, history = self._utilization(gpu)
             clock = nv.nvmlDeviceGetClockInfo(gpu.handle, NVML_CLOCK_SM) * 1e6 if sm_clock else None
             try:
                 mask = nv.nvmlDeviceGetCurrentClocksEventReasons(gpu.handle)
@@ -501,29 +562,33 @@ class NvmlGpus:
                 mask = nv.nvmlDeviceGetCurrentClocksThrottleReasons(gpu.handle)
         except Exception as e:  # noqa: BLE001
             raise self._failed(gpu, where, e) from e
-        return GpuActivity(utilization, clock, reasons_from_mask(mask))
+        return GpuActivity(utilization, clock, reasons_from_mask(mask), history)
 
-    def _utilization(self, gpu: _LiveGpu) -> float:
-        """Mean of the driver's utilization samples since the last read (finer than a tick
-        on recent GPUs); utilization rates where samples are not supported."""
+    def _utilization(self, gpu: _LiveGpu) -> tuple[float, tuple[tuple[float, float], ...] | None]:
+        """The mean of the driver's utilization samples since the last read, and those
+        samples (monotonic seconds, 0..1; the driver samples every 1/6 to 1 s, finer than a
+        slow interval); the utilization rates and None where the GPU keeps no samples."""
         nv = self._nvml
         if gpu.use_samples:
             try:
                 _, samples = nv.nvmlDeviceGetSamples(gpu.handle, NVML_GPU_UTILIZATION_SAMPLES, gpu.last_sample_us)
-                fresh = [s for s in samples if s.timeStamp > gpu.last_sample_us]
-                if fresh:
-                    gpu.last_sample_us = max(s.timeStamp for s in fresh)
-                    gpu.last_utilization = sum(s.sampleValue.uiVal for s in fresh) / len(fresh) / 100.0
-                return min(max(gpu.last_utilization, 0.0), 1.0)
+                fresh = sorted((s.timeStamp, s.sampleValue.uiVal) for s in samples if s.timeStamp > gpu.last_sample_us)
+                if not fresh:
+                    return gpu.last_utilization, ()
+                gpu.last_sample_us = fresh[-1][0]
+                values = [_ratio(value) for _, value in fresh]
+                gpu.last_utilization = sum(values) / len(values)
+                times = on_monotonic_clock([stamp for stamp, _ in fresh], time.time(), time.monotonic())
+                return gpu.last_utilization, tuple(zip(times, values))
             except nv.NVMLError as e:
                 if e.value == NVML_ERROR_NOT_FOUND:  # no new sample since last time
-                    return gpu.last_utilization
+                    return gpu.last_utilization, ()
                 if e.value == NVML_ERROR_GPU_IS_LOST:
                     raise
                 if e.value in (NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED):
                     gpu.use_samples = False  # a GPU without the sample buffer: the rates from now on
                 # else a passing error (a timeout): the rates this once, the samples at the next read
-        return nv.nvmlDeviceGetUtilizationRates(gpu.handle).gpu / 100.0
+        return _ratio(nv.nvmlDeviceGetUtilizationRates(gpu.handle).gpu), None
 
     def _optional(self, gpu: _LiveGpu, fn, *args):
         """fn(the GPU's handle, *args); None where the GPU does not support it, a SourceError
