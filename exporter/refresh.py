@@ -31,7 +31,10 @@ class Refreshed:
             self._samples = self.collector.collect(ctx, fresh)  # a raise is retried next tick
             self._errors, self._key, self._due = fresh, key, ctx.now + self.interval
         errors.extend(self._errors)  # still wrong until read again: the collector stays down
-        return list(self._samples)
+        # The same list until the next read: what comes after (exporter/counters.py, the
+        # scrape's grouping) knows it by identity and does not look at it again. Nothing
+        # after a collector changes the list it returned.
+        return self._samples
 
     def close(self) -> None:
         close = getattr(self.collector, "close", None)

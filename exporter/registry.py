@@ -69,9 +69,10 @@ class Registry:
         self._refused = dict.fromkeys(HTTP_REFUSED_REASONS, 0)
         self._open_connections = 0
         self._failing_makers: set[str] = set()  # collectors whose live samples raised at the last scrape
-        # (part, collector) -> (its series at the last scrape, where each family's samples
-        # are in them): see _grouping.
-        self._plans: dict[tuple[str, str], tuple[list, list[tuple[MetricSpec, Pick]]]] = {}
+        # (part, collector) -> its series at the last scrape, where each family's samples are
+        # in them, and the list and its grouping then: see _grouping.
+        self._plans: dict[tuple[str, str], tuple[list, list[tuple[MetricSpec, Pick]], list[Sample],
+                                                 list[tuple[MetricSpec, list[Sample]]]]] = {}
 
     # --- written by the sampler ---------------------------------------------------------
     def publish(self, collector: str, samples: list[Sample], duration: float, errors: int,
@@ -191,11 +192,14 @@ class Registry:
         renderer reads them. Where the source has the same series, in the same order, as at
         the last scrape (checked in C: a map and a comparison of lists), the positions found
         then pick them out again; else they are found anew (a sample at a time)."""
-        series = list(map(SERIES, samples))
         plan = self._plans.get(source)
-        if plan is None or plan[0] != series:
-            plan = self._plans[source] = (series, grouping_plan(samples))
-        return [(metric, pick(samples)) for metric, pick in plan[1]]
+        if plan is not None and plan[2] is samples:  # the list of the last scrape (a collector served from its last read)
+            return plan[3]
+        series = list(map(SERIES, samples))
+        picks = plan[1] if plan is not None and plan[0] == series else grouping_plan(samples)
+        grouped = [(metric, pick(samples)) for metric, pick in picks]
+        self._plans[source] = (series, picks, samples, grouped)
+        return grouped
 
     def _made(self, collector: str, make: Callable[[], list[Sample]]) -> list[Sample]:
         """A collector's live samples; a bug in making them costs its own series, not the

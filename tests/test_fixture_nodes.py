@@ -4,6 +4,7 @@ counters followed as the files change between ticks (wraps, resets, vanishing NI
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import FIXTURES
 from exporter_harness import Node
 
@@ -334,3 +335,31 @@ def test_phy_health_and_ib_transmit_wait_are_the_drivers_counters():
     node = Node(FIXTURES / "ib-mlx5").tick()
     assert node.value("gpunet_nic_transmit_wait_ticks_total", device="ib0") == int((counters / "port_xmit_wait").read_text())
     assert node.value("gpunet_nic_symbol_errors_total", device="ib0") == int((counters / "symbol_error").read_text())
+
+
+def test_driver_counters_that_appear_or_go_are_followed(node_copy):
+    """PFC turned on for one more priority prints its counters from then on; a driver
+    reloaded without some counters prints none (or another of a metric's names): the series
+    follow at the next read."""
+    root = node_copy("roce-mlx5")
+    node = Node(root).tick()
+
+    def durations():
+        return {dict(k)["priority"]: v for k, v in node.series("gpunet_nic_pfc_pause_duration_seconds_total").items()
+                if dict(k)["device"] == "ens1f0np0" and dict(k)["direction"] == "receive"}
+
+    assert durations() == {"3": pytest.approx(98.123456)}
+    path = root / "ethtool" / "ens1f0np0.txt"
+    path.write_text(path.read_text() + "     rx_prio5_pause_duration: 2500000\n")
+    node.tick()
+    assert durations() == {"3": pytest.approx(98.123456), "5": pytest.approx(2.5)}
+    assert node.value("gpunet_nic_fec_corrected_bit_errors_total", device="ens1f0np0") == 123456789
+    assert node.value("gpunet_nic_symbol_errors_total", device="ens1f0np0") == 0  # rx_pcs_symbol_err_phy
+    set_ethtool(root, "ens1f0np0", rx_symbol_err_phy=7)
+    gone = ("rx_corrected_bits_phy", "rx_pcs_symbol_err_phy")
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines()
+                            if line.strip().rpartition(": ")[0] not in gone))
+    node.tick()
+    assert node.value("gpunet_nic_fec_corrected_bit_errors_total", device="ens1f0np0") is None
+    assert node.value("gpunet_nic_symbol_errors_total", device="ens1f0np0") == 7  # the second name, now
+    assert durations() == {"3": pytest.approx(98.123456), "5": pytest.approx(2.5)}

@@ -9,7 +9,7 @@ from exporter.inventory import Nic
 from exporter.readers.ethtool import DriverStatsReader
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
-from exporter.vendors import GENERIC, counters_for, pick
+from exporter.vendors import GENERIC, DriverCounters, counters_for
 from gpunet.contract import (
     NIC_FEC_CORRECTED_BIT_ERRORS,
     NIC_FEC_CORRECTED_BLOCKS,
@@ -20,7 +20,40 @@ from gpunet.contract import (
     NIC_RECEIVE_ERRORS,
     NIC_SYMBOL_ERRORS,
     NIC_TRANSMIT_DISCARDS,
+    MetricSpec,
 )
+
+# Of a NIC's statistics, what makes each sample: (metric, labels, the names whose values it
+# sums, the unit they count in per second of the contract's unit).
+Plan = list[tuple[MetricSpec, tuple[str, ...], tuple[str, ...], float]]
+
+
+def plan(table: DriverCounters, device: str, stats: dict[str, float]) -> Plan:
+    """The samples a driver's statistics make, for a set of names present: the first of a
+    metric's alternatives present wins (an alternative that is a tuple sums those of its
+    names present), and the first name present for each (direction, priority) of the pause
+    durations."""
+    out: Plan = []
+    seen = set()
+    for name, (direction, priority) in table.pause_duration.items():
+        if name in stats and (direction, priority) not in seen:
+            seen.add((direction, priority))
+            out.append((NIC_PFC_PAUSE_DURATION, (device, direction, priority), (name,),
+                        table.pause_duration_units_per_second))
+    for alternatives, metric in ((table.rx_discards, NIC_RECEIVE_DISCARDS),
+                                 (table.tx_discards, NIC_TRANSMIT_DISCARDS),
+                                 (table.rx_errors, NIC_RECEIVE_ERRORS),
+                                 (table.symbol_errors, NIC_SYMBOL_ERRORS),
+                                 (table.fec_corrected_bit_errors, NIC_FEC_CORRECTED_BIT_ERRORS),
+                                 (table.fec_corrected_blocks, NIC_FEC_CORRECTED_BLOCKS),
+                                 (table.fec_uncorrectable_blocks, NIC_FEC_UNCORRECTABLE_BLOCKS),
+                                 (table.link_down_events, NIC_LINK_DOWNED)):
+        for alt in alternatives:
+            present = tuple(n for n in (alt if isinstance(alt, tuple) else (alt,)) if n in stats)
+            if present:
+                out.append((metric, (device,), present, 1.0))
+                break
+    return out
 
 
 class DriverStatsCollector:
@@ -29,6 +62,9 @@ class DriverStatsCollector:
     def __init__(self, root: Root):
         self.reader = DriverStatsReader(root)
         self._pruned_for: dict[str, Nic] | None = None  # the inventory the reader's caches were last pruned to
+        # netdev -> the names its statistics had, and the plan made for them: a driver's set of
+        # counters changes only when it is reloaded or reconfigured (channels, PFC).
+        self._plans: dict[str, tuple[set[str], Plan]] = {}
 
     def close(self) -> None:
         self.reader.close()
@@ -38,7 +74,10 @@ class DriverStatsCollector:
         if ctx.nics is not self._pruned_for:  # a new inventory (discovery returns the same dict while none is)
             self._pruned_for = ctx.nics
             # NICs that left the inventory are never read again: drop what the reader keeps for them.
-            self.reader.forget_except({nic.netdev for nic in ctx.nics.values() if nic.netdev})
+            netdevs = {nic.netdev for nic in ctx.nics.values() if nic.netdev}
+            self.reader.forget_except(netdevs)
+            for gone in self._plans.keys() - netdevs:
+                del self._plans[gone]
         for nic in ctx.nics.values():
             table = counters_for(nic.driver)
             if not nic.netdev or table is GENERIC or nic.link_layer != "Ethernet":
@@ -50,24 +89,12 @@ class DriverStatsCollector:
             except SourceError as e:
                 errors.append(e)
                 continue
-            labels = (nic.device,)
-            seen = set()
-            for name, (direction, priority) in table.pause_duration.items():
-                if name in stats and (direction, priority) not in seen:
-                    seen.add((direction, priority))
-                    samples.append(Sample(NIC_PFC_PAUSE_DURATION, (nic.device, direction, priority),
-                                          stats[name] / table.pause_duration_units_per_second))
-            for names, metric in ((table.rx_discards, NIC_RECEIVE_DISCARDS),
-                                  (table.tx_discards, NIC_TRANSMIT_DISCARDS),
-                                  (table.rx_errors, NIC_RECEIVE_ERRORS),
-                                  (table.symbol_errors, NIC_SYMBOL_ERRORS),
-                                  (table.fec_corrected_bit_errors, NIC_FEC_CORRECTED_BIT_ERRORS),
-                                  (table.fec_corrected_blocks, NIC_FEC_CORRECTED_BLOCKS),
-                                  (table.fec_uncorrectable_blocks, NIC_FEC_UNCORRECTABLE_BLOCKS),
-                                  (table.link_down_events, NIC_LINK_DOWNED)):
-                value = pick(stats, names)
-                if value is not None:
-                    samples.append(Sample(metric, labels, value))
+            known = self._plans.get(nic.netdev)
+            if known is None or known[0] != stats.keys():
+                known = self._plans[nic.netdev] = (set(stats), plan(table, nic.device, stats))
+            for metric, labels, names, units in known[1]:
+                value = stats[names[0]] if len(names) == 1 else sum(stats[n] for n in names)
+                samples.append(Sample(metric, labels, value / units if units != 1.0 else value))
         return samples
 
 
