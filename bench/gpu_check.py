@@ -17,7 +17,9 @@ without root, a namespace or a second machine. Then four phases, scraped between
    call and per GPU for what a fast tick asks (activity without the SM clock), the refresh
    tick (with it) and the slow tick (details, health); and the driver's utilization sample
    buffer of GPU 0 (how many samples, how far apart, how old the newest is against the host
-   clock), which tells whether reading it once a second would do.
+   clock), which tells whether reading it once a second, as the exporter does, keeps inside
+   the buffer, and whether its stamps are the host's wall clock (the exporter places them by
+   their spacing otherwise: exporter/readers/nvml.py, on_monotonic_clock).
 
 Mid-load it also records which workload the exporter gives GPU 0 (the torch process must
 show, source "process") and the GPU's PCIe link under load and idle; then writes

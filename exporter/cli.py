@@ -13,6 +13,7 @@ import sys
 
 from aiohttp import web
 
+from exporter import gc_settings
 from exporter.collector_flags import enabled_collectors
 from exporter.connections import Connections, Limits, Listener, default_max_connections
 from exporter.inventory import InventoryOptions
@@ -62,6 +63,7 @@ def gpu_source(args: argparse.Namespace, root: Root) -> GpuSource | None:
 
 
 async def serve(args: argparse.Namespace) -> None:
+    gc_settings.set_thresholds()
     web_config = WebConfig.load(args.web_config_file) if args.web_config_file else None
     limits = Limits(args.web_max_connections or default_max_connections(), args.web_header_timeout,
                     args.web_idle_timeout, args.web_write_timeout)
@@ -77,6 +79,7 @@ async def serve(args: argparse.Namespace) -> None:
     listener = Listener(host, port, runner, connections)
     await listener.serve(web_config.context if web_config else None)  # listening before the first tick
     await sampler.start()
+    gc_settings.freeze_what_is_set_up()
     log.info("gpunet-exporter %s serving %s://%s:%d/metrics (root %s)", __version__,
              "https" if web_config and web_config.context else "http", host, port, args.root)
     loop = asyncio.get_running_loop()
