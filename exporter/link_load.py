@@ -33,8 +33,9 @@ FORGET_LEFT_NICS_AFTER = 600.0  # seconds
 _DIRECTION = {NIC_RECEIVE_BYTES.name: "receive", NIC_TRANSMIT_BYTES.name: "transmit"}
 # The states of the last ticks are kept for GPUs read once a second from their driver's
 # sample buffer (collectors/gpu.py): each sample's idle time goes to the states of the ticks
-# it spans. 64 ticks: 12.8 s at the default 0.2 s, many reads' worth.
-HISTORY_TICKS = 64
+# it spans. Kept by age, whatever the fast interval: several reads' worth.
+HISTORY_SECONDS = 10.0
+HISTORY_TICKS = 10_000  # and by count, should the clock stand still
 
 
 def time_in_states(ticks: list[NetworkTick], ends: list[float], start: float, end: float) -> dict[str, float]:
@@ -73,7 +74,8 @@ class LinkLoad:
         self.bursts = 0
         self.network_state = "quiet"  # of the latest tick
         self.tick_seconds = 0.0  # length of the latest tick
-        # The last ticks with their states, oldest first (read on the fast lane, which writes it).
+        # The last HISTORY_SECONDS of ticks with their states, oldest first (read on the fast
+        # lane, which writes it).
         self.ticks: deque[NetworkTick] = deque(maxlen=HISTORY_TICKS)
         self._nics: dict[str, Nic] = {}  # of the latest tick
         self._left: dict[str, float] = {}  # device -> when it left, while its sums are kept
@@ -118,7 +120,10 @@ class LinkLoad:
             if state != "quiet" and self.network_state == "quiet":
                 self.bursts += 1
             self.network_state = state
-            self.ticks.append(NetworkTick(now - dt, now, state))
+            ticks = self.ticks
+            ticks.append(NetworkTick(now - dt, now, state))
+            while ticks[0].end < now - HISTORY_SECONDS:
+                ticks.popleft()
         self.tick_seconds = dt
         new_inventory = nics is not self._nics  # discovery returns the same dict while the NICs are the same
         self._last, self._last_pauses, self._last_time, self._nics = bytes_now, pauses_now, now, nics

@@ -202,6 +202,8 @@ class Sampler:
                 ctx = TickContext(now, nics, self.link_load.network_state, refresh_all, self.link_load.ticks)
             else:  # a bug in link_load, or hung: logged, its series kept from the last tick
                 log.error("link_load failed: %r", derived)
+                if not isinstance(derived, Hung):  # the ticks before this one still hold (a hung update may be writing them)
+                    ctx = TickContext(now, nics, refresh_all=refresh_all, network_ticks=self.link_load.ticks)
         for c in self.fast:
             results[c.name] = run(c.name, limit, self._collect, c, ctx)
         self._publish_all([*self.link_load_inputs, *self.fast], results, limit)

@@ -121,3 +121,12 @@ def test_time_in_states_is_the_overlap_with_each_tick(start, end):
         expected[tick.state] = expected.get(tick.state, 0.0) + step
     assert {s: v for s, v in got.items() if v > 1e-9} == pytest.approx(expected, abs=1e-3)
     assert time_in_states([], [], start, end) == {"quiet": pytest.approx(end - start)}
+
+
+def test_the_ticks_kept_cover_the_last_ten_seconds_whatever_the_fast_interval():
+    load = LinkLoad()
+    nics = {"eth0": nic("eth0")}
+    for i in range(1500):  # 15 s at 0.01 s
+        load.update(i * 0.01, nics, [Sample(NIC_TRANSMIT_BYTES, ("eth0",), 0.0)], {"eth0": 0.0})
+    assert load.ticks[-1].end == pytest.approx(14.99)
+    assert 9.99 <= load.ticks[-1].end - load.ticks[0].start <= 10.02

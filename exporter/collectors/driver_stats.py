@@ -64,7 +64,7 @@ class DriverStatsCollector:
         self._pruned_for: dict[str, Nic] | None = None  # the inventory the reader's caches were last pruned to
         # netdev -> the names its statistics had, and the plan made for them: a driver's set of
         # counters changes only when it is reloaded or reconfigured (channels, PFC).
-        self._plans: dict[str, tuple[set[str], Plan]] = {}
+        self._plans: dict[str, tuple[set[str], DriverCounters, Plan]] = {}
 
     def close(self) -> None:
         self.reader.close()
@@ -90,9 +90,9 @@ class DriverStatsCollector:
                 errors.append(e)
                 continue
             known = self._plans.get(nic.netdev)
-            if known is None or known[0] != stats.keys():
-                known = self._plans[nic.netdev] = (set(stats), plan(table, nic.device, stats))
-            for metric, labels, names, units in known[1]:
+            if known is None or known[0] != stats.keys() or known[1] is not table:
+                known = self._plans[nic.netdev] = (set(stats), table, plan(table, nic.device, stats))
+            for metric, labels, names, units in known[2]:
                 value = stats[names[0]] if len(names) == 1 else sum(stats[n] for n in names)
                 samples.append(Sample(metric, labels, value / units if units != 1.0 else value))
         return samples

@@ -186,11 +186,9 @@ class GpuActivityCollector:
             self._start(gpu)
         self._throttle(gpu, reading, ctx.now)
         history = reading.history
-        if not history:
-            return
         last = self._last.get(gpu)
-        if last is None:
-            self._last[gpu] = history[-1][0]
+        if last is None:  # from the newest sample on, or from now where the buffer is still empty
+            self._last[gpu] = history[-1][0] if history else ctx.now
             return
         ends = [tick.end for tick in ticks]
         busy = 0.0

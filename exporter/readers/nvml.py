@@ -225,19 +225,21 @@ class FixtureGpus:
 
     def _samples(self, index: int, period: float, now: float) -> tuple[tuple[float, float], ...]:
         """The buffer's samples since the last read: the n-th taken n periods after the backend
-        opened, with the timeline's utilization then."""
+        opened, with the timeline's utilization in the middle of the period it stands for."""
         if period <= 0:
             raise ValueError(f"sample_period_seconds must be positive, got {period}")
         doc = self._doc
         newest = int((now - self._started) / period)
         first = max(self._sampled.get(index, -1) + 1, newest - int(doc.get("sample_buffer", FIXTURE_SAMPLE_BUFFER)) + 1, 0)
         self._sampled[index] = newest
-        base = next(g for g in doc["gpus"] if g.get("index") == index)["utilization_gpu"]  # _gpu found it
+        base = next(g for g in doc["gpus"] if g.get("index") == index).get("utilization_gpu")  # _gpu found it
         out = []
         for n in range(first, newest + 1):
             utilization = base
-            for changes in self._timeline(doc, index, n * period) if "timeline" in doc else ():
+            for changes in self._timeline(doc, index, (n - 0.5) * period) if "timeline" in doc else ():
                 utilization = changes.get("utilization_gpu", utilization)
+            if utilization is None:
+                raise KeyError("utilization_gpu")
             out.append((self._started + n * period, _ratio(utilization)))
         return tuple(out)
 
