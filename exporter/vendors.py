@@ -8,6 +8,7 @@ Sources and the reasoning for each choice are in docs/vendor-counters.md.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -87,17 +88,26 @@ def flat_names(*groups) -> frozenset[str]:
     return frozenset(names)
 
 
-def pick(values: dict[str, float], alternatives: Names) -> float | None:
-    """The first alternative present; a tuple alternative sums the names present in it (a
-    sum is NaN, unknown, where a part's value is: exporter/readers/ethtool.py)."""
+def first_present(values: Collection[str], alternatives: Names) -> tuple[str, ...] | None:
+    """The names of the first alternative present in `values`: the name, or those present
+    of a tuple alternative (which are summed); None where none is."""
     for alt in alternatives:
         if isinstance(alt, tuple):
-            present = [values[n] for n in alt if n in values]
+            present = tuple(n for n in alt if n in values)
             if present:
-                return sum(present)
+                return present
         elif alt in values:
-            return values[alt]
+            return (alt,)
     return None
+
+
+def pick(values: dict[str, float], alternatives: Names) -> float | None:
+    """The value of the first alternative present (first_present); a tuple alternative sums
+    its names present (a sum is NaN, unknown, where a part's value is: exporter/readers/ethtool.py)."""
+    names = first_present(values, alternatives)
+    if names is None:
+        return None
+    return values[names[0]] if len(names) == 1 else sum(values[n] for n in names)
 
 
 def _per_priority(template: str, direction: str) -> dict[str, tuple[str, str]]:

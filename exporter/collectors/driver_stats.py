@@ -9,7 +9,7 @@ from exporter.inventory import Nic
 from exporter.readers.ethtool import DriverStatsReader
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
-from exporter.vendors import GENERIC, DriverCounters, counters_for
+from exporter.vendors import GENERIC, DriverCounters, counters_for, first_present
 from gpunet.contract import (
     NIC_FEC_CORRECTED_BIT_ERRORS,
     NIC_FEC_CORRECTED_BLOCKS,
@@ -29,10 +29,9 @@ Plan = list[tuple[MetricSpec, tuple[str, ...], tuple[str, ...], float]]
 
 
 def plan(table: DriverCounters, device: str, stats: dict[str, float]) -> Plan:
-    """The samples a driver's statistics make, for a set of names present: the first of a
-    metric's alternatives present wins (an alternative that is a tuple sums those of its
-    names present), and the first name present for each (direction, priority) of the pause
-    durations."""
+    """The samples a driver's statistics make, for a set of names present: the names `pick`
+    would take for each metric (vendors.first_present), and the first name present for each
+    (direction, priority) of the pause durations."""
     out: Plan = []
     seen = set()
     for name, (direction, priority) in table.pause_duration.items():
@@ -48,11 +47,9 @@ def plan(table: DriverCounters, device: str, stats: dict[str, float]) -> Plan:
                                  (table.fec_corrected_blocks, NIC_FEC_CORRECTED_BLOCKS),
                                  (table.fec_uncorrectable_blocks, NIC_FEC_UNCORRECTABLE_BLOCKS),
                                  (table.link_down_events, NIC_LINK_DOWNED)):
-        for alt in alternatives:
-            present = tuple(n for n in (alt if isinstance(alt, tuple) else (alt,)) if n in stats)
-            if present:
-                out.append((metric, (device,), present, 1.0))
-                break
+        names = first_present(stats, alternatives)
+        if names is not None:
+            out.append((metric, (device,), names, 1.0))
     return out
 
 
