@@ -71,9 +71,7 @@ class MonotonicCounters:
         layout = self._layout
         if layout is not None:
             if samples is self._last_in:  # the very list of the last tick: the same values, the same answer
-                if self._tick % 100 == 0:
-                    self._settle(layout, self._tick)
-                    self._forget()
+                self._now_and_then(layout)
                 return self._last_out
             series = list(map(SERIES, samples))
             if series == layout.series:
@@ -82,9 +80,7 @@ class MonotonicCounters:
                 # kept), and none is infinite: each exports its raw value and what it carries, as before.
                 if all(map(le, layout.raw, raw)) and INF not in raw:
                     layout.raw = raw
-                    if self._tick % 100 == 0:
-                        self._settle(layout, self._tick)
-                        self._forget()
+                    self._now_and_then(layout)
                     if not layout.carried:
                         return samples
                     out = list(samples)
@@ -159,6 +155,12 @@ class MonotonicCounters:
         carried = [(place, k, out[place].value - samples[place].value) for k, place in enumerate(positions)
                    if out[place] is not samples[place]]
         return _Layout(list(map(SERIES, samples)), counters, raw, keys, carried)
+
+    def _now_and_then(self, layout: _Layout) -> None:
+        """On the short way, every 100 ticks: what it kept written back, then the forgetting."""
+        if self._tick % 100 == 0:
+            self._settle(layout, self._tick)
+            self._forget()
 
     def _settle(self, layout: _Layout | None, tick: int) -> None:
         """Write what the short way kept (the last raw values, and so what was exported, at
