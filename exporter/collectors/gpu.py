@@ -100,7 +100,8 @@ class GpuActivityCollector:
         samples: list[Sample] = []
         up = []
         answered_before = dict(self._up)
-        ticks: list[NetworkTick] | None = None  # the network's last ticks, taken once for the GPUs with samples
+        # The network's last ticks and their ends, taken once a read for the GPUs with samples.
+        ticks: tuple[list[NetworkTick], list[float]] | None = None
         with self._lock:
             for ident in identities:
                 gpu = str(ident.index)
@@ -121,8 +122,9 @@ class GpuActivityCollector:
                 else:
                     self._buffered.add(ident.index)
                     if ticks is None:
-                        ticks = list(ctx.network_ticks)
-                    self._integrate_samples(gpu, result, ctx, ticks)
+                        kept = list(ctx.network_ticks)
+                        ticks = (kept, [tick.end for tick in kept])
+                    self._integrate_samples(gpu, result, ctx, *ticks)
                 up.append((gpu, True))
                 if ctx.refresh_all:
                     labels = (gpu,)
@@ -177,7 +179,7 @@ class GpuActivityCollector:
         self.idle[(gpu, ctx.network_state)] += dt - busy
 
     def _integrate_samples(self, gpu: str, reading: GpuActivity, ctx: TickContext,
-                           ticks: list[NetworkTick]) -> None:
+                           ticks: list[NetworkTick], ends: list[float]) -> None:
         """A GPU read from its sample buffer: each sample's utilization over its own period
         (since the sample before), the idle part split by the network states of the ticks
         that period spans. At its first read, only where it stands is taken: the samples
@@ -190,7 +192,6 @@ class GpuActivityCollector:
         if last is None:  # from the newest sample on, or from now where the buffer is still empty
             self._last[gpu] = history[-1][0] if history else ctx.now
             return
-        ends = [tick.end for tick in ticks]
         busy = 0.0
         for at, utilization in history:
             dt = at - last
