@@ -169,13 +169,17 @@ class FixtureGpus:
             raise SourceError(f"{self.path}:{e.lineno}", f"not JSON: {e.msg}") from e
         return self._doc
 
-    def _gpu(self, index: int) -> dict:
-        """The GPU's entry as the timeline has it now."""
-        doc = self._load()
+    def _entry(self, doc: dict, index: int) -> dict:
+        """The GPU's own entry in the document, before the timeline."""
         gpu = next((g for g in doc["gpus"] if g.get("index") == index), None)
         if gpu is None:
             raise GpuLost(f"{self.path} gpu {index}", "GPU no longer listed")
-        gpu = dict(gpu)
+        return gpu
+
+    def _gpu(self, index: int) -> dict:
+        """The GPU's entry as the timeline has it now."""
+        doc = self._load()
+        gpu = dict(self._entry(doc, index))
         for changes in self._timeline(doc, index, time.monotonic() - self._started):
             gpu.update(changes)
         where = f"{self.path} gpu {index}"
@@ -232,7 +236,7 @@ class FixtureGpus:
         newest = int((now - self._started) / period)
         first = max(self._sampled.get(index, -1) + 1, newest - int(doc.get("sample_buffer", FIXTURE_SAMPLE_BUFFER)) + 1, 0)
         self._sampled[index] = newest
-        base = next(g for g in doc["gpus"] if g.get("index") == index).get("utilization_gpu")  # _gpu found it
+        base = self._entry(doc, index).get("utilization_gpu")
         out = []
         for n in range(first, newest + 1):
             utilization = base
