@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import NamedTuple
 
 from exporter.exposition import Family, Renderer
 from exporter.process import ProcessMetrics
@@ -69,10 +70,7 @@ class Registry:
         self._refused = dict.fromkeys(HTTP_REFUSED_REASONS, 0)
         self._open_connections = 0
         self._failing_makers: set[str] = set()  # collectors whose live samples raised at the last scrape
-        # (part, collector) -> its series at the last scrape, where each family's samples are
-        # in them, and the list and its grouping then: see _grouping.
-        self._plans: dict[tuple[str, str], tuple[list, list[tuple[MetricSpec, Pick]], list[Sample],
-                                                 list[tuple[MetricSpec, list[Sample]]]]] = {}
+        self._groupings: dict[tuple[str, str], _Grouping] = {}  # (part, collector) -> its last: see _grouping
 
     # --- written by the sampler ---------------------------------------------------------
     def publish(self, collector: str, samples: list[Sample], duration: float, errors: int,
@@ -192,13 +190,13 @@ class Registry:
         renderer reads them. Where the source has the same series, in the same order, as at
         the last scrape (checked in C: a map and a comparison of lists), the positions found
         then pick them out again; else they are found anew (a sample at a time)."""
-        plan = self._plans.get(source)
-        if plan is not None and plan[2] is samples:  # the list of the last scrape (a collector served from its last read)
-            return plan[3]
+        last = self._groupings.get(source)
+        if last is not None and last.samples is samples:  # the very list (a collector served from its last read)
+            return last.grouped
         series = list(map(SERIES, samples))
-        picks = plan[1] if plan is not None and plan[0] == series else grouping_plan(samples)
+        picks = last.picks if last is not None and last.series == series else grouping_plan(samples)
         grouped = [(metric, pick(samples)) for metric, pick in picks]
-        self._plans[source] = (series, picks, samples, grouped)
+        self._groupings[source] = _Grouping(series, picks, samples, grouped)
         return grouped
 
     def _made(self, collector: str, make: Callable[[], list[Sample]]) -> list[Sample]:
@@ -219,6 +217,15 @@ class Registry:
 
 
 Pick = Callable[[list[Sample]], list[Sample]]  # a family's samples out of a source's
+
+
+class _Grouping(NamedTuple):
+    """A source's grouping at the last scrape."""
+
+    series: list  # [(metric, labels)] of its samples, in order
+    picks: list[tuple[MetricSpec, Pick]]  # where each family's samples are in them (grouping_plan)
+    samples: list[Sample]  # the list itself
+    grouped: list[tuple[MetricSpec, list[Sample]]]  # what it gave
 
 
 def grouping_plan(samples: list[Sample]) -> list[tuple[MetricSpec, Pick]]:
