@@ -12,8 +12,10 @@ the two started in the other order, since the one scraped second reads about 2% 
 (two runs of the same tree gave 0.977). It prints AFTER/BEFORE per window and the geometric
 mean of the two runs' medians, which cancels that.
 
-On this 2-core VM, unpaired runs a minute apart differ by up to 10%; this differs by about
-2% between repeats, so it tells changes of 3% and more.
+On this 2-core VM, unpaired runs a minute apart differ by up to 10%. This differed by about
+2% between repeats in a quiet hour, by up to 5% in a busy one (the same code in two trees
+read 1.010; one change read 1.086, then 0.981 when run again): trust changes of 5% and
+more, and run again what reads less.
 """
 
 from __future__ import annotations
