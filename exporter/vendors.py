@@ -53,10 +53,12 @@ class DriverCounters:
     @cached_property
     def pause_frame_aliases(self) -> tuple[tuple[tuple[str, str], tuple[str, ...]], ...]:
         """((direction, priority), its names in the order tried), from pause_frames."""
-        aliases: dict[tuple[str, str], list[str]] = {}
-        for name, labels in self.pause_frames.items():
-            aliases.setdefault(labels, []).append(name)
-        return tuple((labels, tuple(names)) for labels, names in aliases.items())
+        return by_labels(self.pause_frames)
+
+    @cached_property
+    def pause_duration_aliases(self) -> tuple[tuple[tuple[str, str], tuple[str, ...]], ...]:
+        """((direction, priority), its names in the order tried), from pause_duration."""
+        return by_labels(self.pause_duration)
 
     @cached_property
     def received_pause_aliases(self) -> tuple[tuple[tuple[str, str], tuple[str, ...]], ...]:
@@ -77,6 +79,14 @@ class DriverCounters:
             for alt in alternatives:
                 names.extend(alt if isinstance(alt, tuple) else (alt,))
         return tuple(dict.fromkeys(names))
+
+
+def by_labels(names: dict[str, tuple[str, str]]) -> tuple[tuple[tuple[str, str], tuple[str, ...]], ...]:
+    """A name -> (direction, priority) table as ((direction, priority), its names in order)."""
+    aliases: dict[tuple[str, str], list[str]] = {}
+    for name, labels in names.items():
+        aliases.setdefault(labels, []).append(name)
+    return tuple((labels, tuple(names)) for labels, names in aliases.items())
 
 
 def flat_names(*groups) -> frozenset[str]:

@@ -33,11 +33,10 @@ def plan(table: DriverCounters, device: str, stats: dict[str, float]) -> Plan:
     would take for each metric (vendors.first_present), and the first name present for each
     (direction, priority) of the pause durations."""
     out: Plan = []
-    seen = set()
-    for name, (direction, priority) in table.pause_duration.items():
-        if name in stats and (direction, priority) not in seen:
-            seen.add((direction, priority))
-            out.append((NIC_PFC_PAUSE_DURATION, (device, direction, priority), (name,),
+    for (direction, priority), aliases in table.pause_duration_aliases:
+        names = first_present(stats, aliases)
+        if names is not None:
+            out.append((NIC_PFC_PAUSE_DURATION, (device, direction, priority), names,
                         table.pause_duration_units_per_second))
     for alternatives, metric in ((table.rx_discards, NIC_RECEIVE_DISCARDS),
                                  (table.tx_discards, NIC_TRANSMIT_DISCARDS),
