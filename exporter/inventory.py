@@ -18,7 +18,7 @@ from exporter.root import Root, SourceError
 # Container and VM plumbing: hundreds of these on a Kubernetes node, none of them a NIC.
 DEFAULT_EXCLUDE = r"^(lo|veth[0-9a-f]{6,}|cali[0-9a-f]+|docker\d+|cni\d+|flannel\.\d+|virbr\d+|tunl\d+)$"
 PRESENT = "present"  # the key under which discovery memoises the devices it last saw, with their inodes
-LAST = "last"  # and the NICs it last found
+LAST = "last"  # and what it last found: (the facts read, the options, the NICs made of them)
 
 
 @dataclass(frozen=True)
@@ -61,16 +61,15 @@ def discover(root: Root, opts: InventoryOptions, errors: list[SourceError],
     # or swapped names with another, or a driver reloaded, changes this, and then what was
     # memoised and the files kept open (exporter/root.py) are let go.
     netdevs = netdev_reader.list_netdevs(root)
-    rdma_devices = root.listdir(rdma_reader.IB)
-    rel = [f"{netdev_reader.NET}/{n}" for n in netdevs] + [f"{rdma_reader.IB}/{d}" for d in rdma_devices]
-    present = frozenset((r, root.identity(r)) for r in rel)
+    rdma_devices = root.entries(rdma_reader.IB)
+    present = (tuple(netdevs.items()), tuple(rdma_devices.items()))
     changed = static.get(PRESENT) != present
     if changed:
         static.clear()
         static[PRESENT] = present
     root.forget_open_files(devices_changed=changed)
 
-    ports = rdma_reader.list_ports(root, errors, static, rdma_devices, settled=not changed)
+    ports = rdma_reader.list_ports(root, errors, static, list(rdma_devices), settled=not changed)
     port_of_netdev = {p.netdev: p for p in ports if p.netdev}
     found: list[tuple[str, str, RdmaPort | None, str, str, str, str, float | None]] = []
     for name in netdevs:
@@ -106,6 +105,12 @@ def discover(root: Root, opts: InventoryOptions, errors: list[SourceError],
         driver, pci, numa = _rdma_pci_device(root, port.device)
         found.append((device, "", port, driver, port.link_layer, numa, pci, port.rate_bytes_per_second))
 
+    # What was found is what was found last time (almost always; the ports are the very
+    # objects of last time where nothing of theirs changed): the NICs are those of last time.
+    last = static.get(LAST)
+    if last is not None and last[0] == found and last[1] == opts:
+        return last[2]
+
     if opts.fabric is not None:
         fabric = set(opts.fabric)
     else:
@@ -118,12 +123,11 @@ def discover(root: Root, opts: InventoryOptions, errors: list[SourceError],
     for device, netdev, port, driver, link_layer, numa, pci, speed in found:
         speed = opts.link_speeds.get(device, speed)
         nics[device] = Nic(device, netdev, port, driver, link_layer, numa, pci, speed, device in fabric)
-    # The same NICs as last time (almost always): the same dict, so that what the ticks keep
-    # per inventory (caches pruned, sums of NICs that left) is redone only when they change.
-    last = static.get(LAST)
-    if last == nics:
-        return last
-    static[LAST] = nics
+    # The same NICs as last time: the same dict, so that what the ticks keep per inventory
+    # (caches pruned, sums of NICs that left) is redone only when they change.
+    if last is not None and last[2] == nics:
+        nics = last[2]
+    static[LAST] = (found, opts, nics)
     return nics
 
 

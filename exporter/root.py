@@ -91,6 +91,20 @@ class Root:
     def exists(self, rel: str) -> bool:
         return os.path.exists(self._prefix + rel)
 
+    def entries(self, rel: str) -> dict[str, int]:
+        """Names in a folder, sorted, each with the inode of its entry (a symbolic link's
+        own, not followed); an absent folder is empty. One listing, no stat per name: what
+        tells a device from another that took its name (sysfs makes a device's link anew
+        when the device is made anew, and keeps it through a rename)."""
+        try:
+            with os.scandir(self._prefix + rel) as listing:
+                found = {e.name: e.inode() for e in listing if e.name not in IGNORED_NAMES}
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        except OSError as e:
+            raise SourceError(self._prefix + rel, e.strerror or str(e)) from e
+        return dict(sorted(found.items()))
+
     def listdir(self, rel: str) -> list[str]:
         """Names in a folder, sorted; an absent folder is empty."""
         try:
@@ -204,14 +218,6 @@ class Root:
         try:
             return self.read_str(rel)
         except SourceError:
-            return None
-
-    def identity(self, rel: str) -> int | None:
-        """The inode a path leads to now (symbolic links followed), None where it leads
-        nowhere: what tells a device from another that took its name."""
-        try:
-            return os.stat(self._prefix + rel).st_ino
-        except OSError:
             return None
 
     def stat_key(self, rel: str) -> tuple[int, int] | None:

@@ -158,3 +158,49 @@ def test_discovery_hands_back_the_same_inventory_until_a_nic_changes(node_copy):
     assert changed is not first
     assert changed[device].speed_bytes_per_second == 200_000 * 1e6 / 8
     assert discover(fixture, opts, [], static) is changed
+
+
+def test_a_port_read_as_before_is_the_same_port_and_one_that_went_down_is_a_new_inventory(node_copy):
+    """Discovery reads each RDMA port's rate and state every time: a port whose files read as
+    they did is the port of last time (and the inventory the same dict); one that went down,
+    or came back at another rate, makes a new inventory that says so."""
+    from exporter.inventory import InventoryOptions, discover
+
+    root = node_copy("roce-mlx5")
+    fixture, opts, static = Root(root), InventoryOptions(), {}
+    first = discover(fixture, opts, [], static)
+    again = discover(fixture, opts, [], static)
+    assert again is first
+    port = root / f"{IB}/mlx5_0/ports/1"
+    nic = next(n for n in first.values() if n.rdma is not None and n.rdma.device == "mlx5_0")
+    assert nic.rdma is not None and nic.rdma.state == "ACTIVE"
+    (port / "state").write_text("1: DOWN\n")
+    down = discover(fixture, opts, [], static)
+    assert down is not first
+    assert down[nic.device].rdma is not None and down[nic.device].rdma.state == "DOWN"
+    assert discover(fixture, opts, [], static) is down
+    (port / "state").write_text("4: ACTIVE\n")
+    (port / "rate").write_text("200 Gb/sec (4X HDR)\n")
+    back = discover(fixture, opts, [], static)
+    assert back[nic.device].rdma is not None and back[nic.device].rdma.rate_bytes_per_second == 200e9 / 8
+
+
+def test_a_device_made_anew_under_its_name_is_a_change_of_devices(node_copy):
+    """A driver reload removes a device and makes it again under the same name: discovery
+    tells it by its entry (Root.entries), and lets go of what it kept for the old one."""
+    from exporter.inventory import PRESENT, InventoryOptions, discover
+
+    root = node_copy("roce-mlx5")
+    fixture, opts, static = Root(root), InventoryOptions(), {}
+    discover(fixture, opts, [], static)
+    before = static[PRESENT]
+    discover(fixture, opts, [], static)
+    assert static[PRESENT] == before
+    net = root / "sys/class/net"
+    device = next(p.name for p in net.iterdir() if p.name != "lo" and not p.name.startswith("."))
+    shutil.copytree(net / device, net / "copy", symlinks=True)
+    shutil.rmtree(net / device)
+    (net / "copy").rename(net / device)
+    discover(fixture, opts, [], static)
+    assert static[PRESENT] != before
+    assert [name for name, _ in static[PRESENT][0]] == [name for name, _ in before[0]]

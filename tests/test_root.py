@@ -146,3 +146,21 @@ def test_a_kept_file_that_starts_failing_reports_its_path(node):
     (node / STAT).mkdir()
     with pytest.raises(SourceError, match="rx_bytes"):
         root.read_int(STAT)
+
+
+def test_entries_name_each_entry_by_its_own_inode_sorted_and_an_absent_folder_is_empty(node):
+    """What discovery tells devices apart by: a symbolic link's own inode (sysfs makes a
+    device's link anew with the device), not its target's; `.keep` is no entry."""
+    net = node / "sys/class/net"
+    (node / "devices/eth1").mkdir(parents=True)
+    (net / "eth1").symlink_to(node / "devices/eth1")
+    (net / ".keep").write_text("")
+    root = Root(node)
+    entries = root.entries("sys/class/net")
+    assert list(entries) == ["eth0", "eth1"]
+    assert entries["eth0"] == os.stat(net / "eth0").st_ino
+    assert entries["eth1"] == os.lstat(net / "eth1").st_ino != os.stat(net / "eth1").st_ino
+    (net / "eth1").unlink()
+    (net / "eth1").symlink_to(node / "devices/eth1")  # the same target, a link made anew
+    assert root.entries("sys/class/net")["eth1"] == os.lstat(net / "eth1").st_ino
+    assert root.entries("sys/class/nothing") == {}

@@ -54,9 +54,10 @@ class LinkState:
         return self.operstate == "up" and self.carrier == 1
 
 
-def list_netdevs(root: Root) -> list[str]:
+def list_netdevs(root: Root) -> dict[str, int]:
+    """The network devices by name, sorted, each with its entry's inode (Root.entries)."""
     # bonding_masters is a file beside the devices once the bonding module is loaded.
-    return [n for n in root.listdir(NET) if n != "bonding_masters"]
+    return {name: inode for name, inode in root.entries(NET).items() if name != "bonding_masters"}
 
 
 class NetdevReader:

@@ -63,7 +63,8 @@ def list_ports(root: Root, errors: list[SourceError], static: dict | None = None
                devices: list[str] | None = None, settled: bool = False) -> list[RdmaPort]:
     """Every RDMA port (of `devices`, the listing of sys/class/infiniband where the caller
     has it). `static` memoises, once `settled`, what does not change while a device exists
-    (each port's link layer and netdev, each device's ports); rate and state are read every time.
+    (each port's link layer and netdev, each device's ports); rate and state are read every
+    time, and a port whose facts read as they did last time is the object made then.
     `settled`: the devices are those the caller saw at its last look. A device just
     registered may not list all its ports yet (the kernel adds them one by one), nor name a
     port's netdev (its GID table fills after it registers), so they are memoised only from
@@ -86,10 +87,16 @@ def list_ports(root: Root, errors: list[SourceError], static: dict | None = None
                     # RoCE port always has one, so until it does, it is looked for again.
                     if settled and (known[1] or known[0] != "Ethernet"):
                         static[base] = known
-                rate_text = root.read_optional_str(f"{base}/rate")
-                state = (root.read_optional_str(f"{base}/state") or "").partition(":")[2].strip()
-                ports.append(RdmaPort(dev, port, known[0], parse_rate(rate_text) if rate_text else None,
-                                      state, known[1]))
+                read = (known, root.read_optional_str(f"{base}/rate"), root.read_optional_str(f"{base}/state"))
+                last = static.get((base, "read"))
+                if last is not None and last[0] == read:  # as last time (almost always): the same port
+                    ports.append(last[1])
+                    continue
+                rate_text, state_text = read[1], read[2] or ""
+                made = RdmaPort(dev, port, known[0], parse_rate(rate_text) if rate_text else None,
+                                state_text.partition(":")[2].strip(), known[1])
+                static[(base, "read")] = (read, made)
+                ports.append(made)
             except SourceError as e:
                 errors.append(e)
     return ports
