@@ -20,7 +20,7 @@ from collections.abc import Callable
 from itertools import repeat
 from operator import itemgetter, le
 
-from exporter.samples import SERIES, VALUE, Sample
+from exporter.samples import SERIES, VALUE, KnownSeries, Sample
 
 # Series not read for this many ticks (calls of `apply`: a slow collector's reads, a fast
 # collector's refreshes) are forgotten, bounding memory as NICs come and go.
@@ -81,9 +81,7 @@ class MonotonicCounters:
                 if all(map(le, layout.raw, raw)) and INF not in raw:
                     layout.raw = raw
                     self._now_and_then(layout)
-                    if not layout.carried:
-                        return samples
-                    out = list(samples)
+                    out = KnownSeries(samples, layout.series)
                     for place, _, carried in layout.carried:
                         s = samples[place]
                         out[place] = s._replace(value=s.value + carried)
@@ -91,8 +89,8 @@ class MonotonicCounters:
             self._settle(layout, self._tick - 1)
             self._layout = None
         out = self._apply(samples)
-        self._layout = self._learn(samples, out)
-        return out
+        self._layout = layout = self._learn(samples, out)
+        return out if layout is None else KnownSeries(out, layout.series)
 
     def _apply(self, samples: list[Sample]) -> list[Sample]:
         tick = self._tick

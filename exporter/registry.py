@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from exporter.exposition import Family, Renderer
 from exporter.process import ProcessMetrics
-from exporter.samples import SERIES, Sample
+from exporter.samples import SERIES, KnownSeries, Sample
 from gpunet import __version__
 from gpunet.contract import (
     COLLECTOR_DURATION,
@@ -188,13 +188,19 @@ class Registry:
     def _grouping(self, source: tuple[str, str], samples: list[Sample]) -> list[tuple[MetricSpec, list[Sample]]]:
         """The samples of one source by family, each family's in label order, as the
         renderer reads them. Where the source has the same series, in the same order, as at
-        the last scrape (checked in C: a map and a comparison of lists), the positions found
-        then pick them out again; else they are found anew (a sample at a time)."""
+        the last scrape (told by exporter/counters.py: KnownSeries; else checked in C, a map
+        and a comparison of lists), the positions found then pick them out again; else they
+        are found anew (a sample at a time)."""
         last = self._groupings.get(source)
         if last is not None and last.samples is samples:  # the very list (a collector served from its last read)
             return last.grouped
-        series = list(map(SERIES, samples))
-        picks = last.picks if last is not None and last.series == series else grouping_plan(samples)
+        known = samples.series if isinstance(samples, KnownSeries) else None
+        if last is not None and known is not None and last.series is known:  # the same series, told by the counters
+            picks = last.picks
+            series = known
+        else:
+            series = known if known is not None else list(map(SERIES, samples))
+            picks = last.picks if last is not None and last.series == series else grouping_plan(samples)
         grouped = [(metric, pick(samples)) for metric, pick in picks]
         self._groupings[source] = _Grouping(series, picks, samples, grouped)
         return grouped

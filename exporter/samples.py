@@ -26,6 +26,19 @@ SERIES = itemgetter(0, 1)  # (metric, labels)
 VALUE = itemgetter(2)
 
 
+class KnownSeries(list[Sample]):
+    """Samples whose series are known without a look: `series` is [(metric, labels)] of
+    them, in order, the very list that told them at the last tick where they were the same.
+    exporter/counters.py, which compares each tick's series with the last tick's, hands its
+    answer on this way, so that a scrape (exporter/registry.py) need not compare them again."""
+
+    __slots__ = ("series",)
+
+    def __init__(self, samples: list[Sample], series: list):
+        super().__init__(samples)
+        self.series = series
+
+
 class NetworkTick(NamedTuple):
     """One fast tick of the node's network (exporter/link_load.py): the time (start, end] and
     the node's network_state in it."""

@@ -214,3 +214,27 @@ def test_gauges_among_counters_pass_as_they_came():
     for v in (1.0, 0.0, 1.0, 0.0):
         out = mixed.apply([Sample(NIC_UP, ("a",), v), Sample(NIC_RECEIVE_BYTES, ("a",), 10.0)])
         assert [s.value for s in out] == [v, 10.0]
+
+
+def test_the_series_compared_are_handed_on_the_same_while_they_stay():
+    """A tick whose series are those of the last one says so (KnownSeries: the very list of
+    series of last time), so that a scrape need not compare them again; a tick with another
+    series (a NIC come) hands on a new list, which names them."""
+    from exporter.samples import SERIES, KnownSeries
+
+    counters = MonotonicCounters()
+
+    def tick(devices, value):
+        return counters.apply([Sample(NIC_RECEIVE_BYTES, (d,), value) for d in devices] + [Sample(NIC_UP, ("eth0",), 1.0)])
+
+    first = tick(["eth0", "eth1"], 10.0)
+    assert isinstance(first, KnownSeries) and first.series == list(map(SERIES, first))
+    second = tick(["eth0", "eth1"], 20.0)
+    assert isinstance(second, KnownSeries) and second.series is first.series
+    assert [s.value for s in second] == [20.0, 20.0, 1.0]
+    third = tick(["eth0", "eth1", "eth2"], 30.0)
+    assert isinstance(third, KnownSeries) and third.series is not first.series
+    assert third.series == list(map(SERIES, third))
+    reset = tick(["eth0", "eth1", "eth2"], 5.0)  # a reset: the long way, the same series
+    assert [s.value for s in reset] == [35.0, 35.0, 35.0, 1.0]
+    assert isinstance(reset, KnownSeries) and reset.series == third.series

@@ -4,8 +4,9 @@ reused only where a collector's series are the same)."""
 
 import random
 
+from exporter.counters import MonotonicCounters
 from exporter.registry import Registry
-from exporter.samples import Sample
+from exporter.samples import KnownSeries, Sample
 from gpunet.contract import NIC_RECEIVE_BYTES, NIC_TRANSMIT_BYTES, NIC_UP
 
 
@@ -48,3 +49,29 @@ def test_families_follow_what_each_collector_publishes_scrape_after_scrape():
             registry.publish(collector, samples, 0.001, 0)
         got = nic_families(registry)
         assert got == expected(published), f"scrape {scrape}"
+
+
+def test_families_follow_what_the_counters_hand_on_scrape_after_scrape():
+    """As the sampler publishes: each collector's samples through its MonotonicCounters,
+    which tell the registry where their series are those of the last tick (KnownSeries);
+    NICs come, go and change places, and every scrape has every sample in its place."""
+    rng = random.Random(11)
+    registry = Registry()
+    devices = ["eth0", "eth1", "ib0", "mlx5_2:1"]
+    counters = {"wire": MonotonicCounters(), "netdev": MonotonicCounters()}
+    published: dict[str, list[Sample]] = {}
+    told = 0
+    for scrape in range(300):
+        for collector, metrics in (("wire", [NIC_RECEIVE_BYTES, NIC_TRANSMIT_BYTES]), ("netdev", [NIC_UP])):
+            present = devices if rng.random() < 0.7 else rng.sample(devices, rng.randint(0, 3))
+            order = list(present)
+            if rng.random() < 0.1:
+                rng.shuffle(order)
+            samples = [Sample(m, (d,), float(10 * scrape + rng.randint(0, 9))) for d in order for m in metrics]
+            out = counters[collector].apply(samples)
+            last = published.get(collector)
+            told += isinstance(out, KnownSeries) and isinstance(last, KnownSeries) and out.series is last.series
+            published[collector] = out
+            registry.publish(collector, out, 0.001, 0)
+        assert nic_families(registry) == expected(published), f"scrape {scrape}"
+    assert told > 100  # the series told most scrapes, not compared
