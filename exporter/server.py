@@ -99,6 +99,10 @@ class SlowClientSafeBody(web.StreamResponse):
     the socket does not take), and is cut after `write_timeout`. aiohttp sends it after the
     handler and its middleware returned."""
 
+    # The headers go out with the first chunk, in one write (one segment), as aiohttp's own
+    # Response sends them; a StreamResponse sends them apart by default.
+    _send_headers_immediately = False
+
     def __init__(self, body: bytes, write_timeout: float, on_timeout: Callable[[], None]):
         super().__init__()
         self.body_bytes = memoryview(body)
