@@ -290,6 +290,16 @@ def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
               "all its sources for over 5 minutes; its metrics are missing or stale.", "5m",
               comment="A host without the NVIDIA driver runs no GPU collector (the exporter turns them off), so\n"
                       "a GPU collector down is a GPU node whose driver or NVML fails."),
+        Alert("GpunetExporterTicksLate",
+              f"rate({m('gpunet_exporter_ticks_late_total')}[{r}])\n/\nrate({m('gpunet_exporter_ticks_total')}[{r}]) > 0.1",
+              "warning", "A gpunet exporter's ticks overrun their interval.",
+              "{{ $value | humanizePercentage }} of the {{ $labels.tick }} ticks of the gpunet exporter on "
+              "{{ $labels.instance }} have started late, for over 15 minutes: its reads take longer than the "
+              "tick's interval, so each tick sees the node later than it should (fast ticks: GPU idle time is "
+              "split by network states read late).", "15m",
+              comment="A tick starts late when the one before took longer than the interval. A late tick now and\n"
+                      "then (a busy host) is normal; a tenth of them for 15 minutes is a source too slow for the\n"
+                      "interval (an mlx5 port's ethtool statistics ask its firmware) or a CPU limit too low."),
     ]
     return [("gpunet.recording", recording), ("gpunet.network", network), ("gpunet.link", link),
             ("gpunet.gpu", gpu), ("gpunet.config", config), ("gpunet.exporter", exporter)]
