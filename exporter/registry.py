@@ -194,13 +194,13 @@ class Registry:
         last = self._groupings.get(source)
         if last is not None and last.samples is samples:  # the very list (a collector served from its last read)
             return last.grouped
-        known = samples.series if isinstance(samples, KnownSeries) else None
-        if last is not None and known is not None and last.series is known:  # the same series, told by the counters
+        # The series told by the counters (the very list of the last scrape where they are the
+        # same: `is` answers before any comparison), else read off the samples.
+        series = samples.series if isinstance(samples, KnownSeries) else list(map(SERIES, samples))
+        if last is not None and (last.series is series or last.series == series):
             picks = last.picks
-            series = known
         else:
-            series = known if known is not None else list(map(SERIES, samples))
-            picks = last.picks if last is not None and last.series == series else grouping_plan(samples)
+            picks = grouping_plan(samples)
         grouped = [(metric, pick(samples)) for metric, pick in picks]
         self._groupings[source] = _Grouping(series, picks, samples, grouped)
         return grouped
