@@ -2,9 +2,12 @@
 """CPU of two versions of the exporter, run at once over one fixture: is a change cheaper?
 
     python bench/compare_trees.py BEFORE_DIR AFTER_DIR [--windows 5] [--seconds 30] [--root DIR]
+                                  [--python-before PATH] [--python-after PATH]
 
 BEFORE_DIR and AFTER_DIR are checkouts of this repository (`git worktree add /tmp/before
-HEAD~1`, and this one). Each runs `python -m exporter` from its own tree over the same
+HEAD~1`, and this one); or one checkout twice, with --python-before and --python-after
+naming two builds of CPython (each with gpunet's dependencies installed). Each runs
+`python -m exporter` from its own tree over the same
 fixture (a fresh bench/make_fixture.py node with 8 ports and 8 GPUs unless --root), both
 scraped once a second, half a second apart, and their CPU (schedstat) is measured over the
 same windows: whatever else the machine does weighs on both alike. Then it runs again with
@@ -35,13 +38,15 @@ import exporter_vs_node_exporter as bench  # noqa: E402
 import make_fixture  # noqa: E402
 
 
-def one_run(trees: list[Path], root: Path, windows: int, seconds: float, work: Path) -> list[list[float]]:
-    """[[cpu % of trees[0], of trees[1]]] per window, both running at once."""
+def one_run(trees: list[tuple[Path, str]], root: Path, windows: int, seconds: float,
+            work: Path) -> list[list[float]]:
+    """[[cpu % of trees[0], of trees[1]]] per window, both running at once; each tree is
+    (its folder, the Python that runs it)."""
     sides = []
-    for n, tree in enumerate(trees):
+    for n, (tree, python) in enumerate(trees):
         port = bench.free_port()
         # Run from its own tree: `-m` puts the working folder first on the path.
-        sides.append(bench.Side(f"tree{n}", [sys.executable, "-m", "exporter", "--root", str(root), "--listen",
+        sides.append(bench.Side(f"tree{n}", [python, "-m", "exporter", "--root", str(root), "--listen",
                                              f"127.0.0.1:{port}"], port, tree, {**os.environ, "PYTHONPATH": str(tree)}))
     # Scraped through the warm-up: the scrape rhythm learned, caches filled before the windows.
     return bench.side_by_side(sides, bench.PROMETHEUS_ACCEPT, 15.0, windows, seconds, work, scrape_warmup=True)
@@ -54,21 +59,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--windows", type=int, default=5)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--root", help="a fixture node (default: a fresh make_fixture.py node, 8 ports, 8 GPUs)")
+    p.add_argument("--python-before", default=sys.executable, metavar="PATH",
+                   help="the Python that runs BEFORE (default: this one; it needs gpunet's dependencies)")
+    p.add_argument("--python-after", default=sys.executable, metavar="PATH",
+                   help="the Python that runs AFTER: with the same tree twice, two builds of CPython compared")
     args = p.parse_args(argv)
+    before, after = (args.before, args.python_before), (args.after, args.python_after)
     with tempfile.TemporaryDirectory(prefix="gpunet-compare-") as tmp:
         root = Path(args.root) if args.root else Path(tmp) / "node"
         if not args.root:
             root.mkdir()
             make_fixture.generate(root, 8, 32, gpus=True)
         medians = []
-        for order in ([args.before, args.after], [args.after, args.before]):
+        for order in ([before, after], [after, before]):
             rows = one_run(order, root, args.windows, args.seconds, Path(tmp))
             ratios = []
-            print(f"started first: {order[0]}")
+            print(f"started first: {order[0][0]} ({order[0][1]})")
             for first, second in rows:
-                before, after = (first, second) if order[0] == args.before else (second, first)
-                ratios.append(after / before)
-                print(f"  before {before:.3f}%  after {after:.3f}%  after/before {after / before:.3f}")
+                cpu_before, cpu_after = (first, second) if order[0] is before else (second, first)
+                ratios.append(cpu_after / cpu_before)
+                print(f"  before {cpu_before:.3f}%  after {cpu_after:.3f}%  after/before {cpu_after / cpu_before:.3f}")
             medians.append(statistics.median(ratios))
             print(f"  median after/before {medians[-1]:.3f}")
         print(f"after/before, both orders (geometric mean of the medians): {math.sqrt(medians[0] * medians[1]):.3f}")

@@ -432,6 +432,44 @@ def machine() -> dict:
             "python": platform.python_version()}
 
 
+# A fixed piece of pure-Python work (calls, tuples, dicts, floats, as the exporter's ticks
+# do), timed in the interpreter that runs gpunet: how fast that build of CPython is. Builds
+# differ by a quarter: the container image's python:3.11-slim is built with PGO and LTO, a
+# default pyenv build is not. Best of 30 in each of 3 processes: one process of pyenv's
+# build here may run it twice as slow as the next (its layout in memory, it seems), so the
+# spread between processes is part of the answer.
+INTERPRETER_PROBE = """
+import time
+def work():
+    d = {}
+    for i in range(50000):
+        t = (i, str(i & 255), float(i))
+        d[t[1]] = d.get(t[1], 0.0) + t[2]
+    return d
+best = min(((time.perf_counter(), work(), time.perf_counter()) for _ in range(30)), key=lambda r: r[2] - r[0])
+print(round(1e3 * (best[2] - best[0]), 2))
+"""
+PROBE_PROCESSES = 3
+
+
+def interpreter(python: str) -> dict:
+    """Path, version and the probe's times (ms, best of 30, in each of PROBE_PROCESSES
+    processes) of a Python, and whether it can run gpunet-exporter from this checkout (its
+    dependencies installed)."""
+    def run(code: str) -> str:
+        return subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,
+                              check=True).stdout.strip()
+    try:
+        version = run("import platform; print(platform.python_implementation(), platform.python_version())")
+        run("import aiohttp, exporter.cli")
+        probe_ms = sorted(float(run(INTERPRETER_PROBE)) for _ in range(PROBE_PROCESSES))
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        detail = e.stderr.strip().splitlines()[-1] if isinstance(e, subprocess.CalledProcessError) and e.stderr else e
+        raise RuntimeError(f"{python} cannot run gpunet-exporter from {REPO}: {detail} (make a venv with it and "
+                           f"`pip install -e {REPO}`)") from None
+    return {"path": python, "version": version, "probe_ms": probe_ms}
+
+
 def loadavg() -> str:
     """The 1, 5 and 15 minute load averages: other work on the machine makes every figure noisier."""
     try:
@@ -522,7 +560,14 @@ def table(report: dict) -> str:
     lines = [f"{a:<{w0}}  {b:>{w1}}  {c}" for a, b, c in rows]
     lines.insert(1, "-" * len(lines[0]))
     m = report["machine"]
+    py, harness = report["gpunet_python"], report["harness_python"] or report["gpunet_python"]
     head = [f"machine: {m['nproc']} CPUs, {m['cpu_model']}, Linux {m['kernel']}, Python {m['python']}",
+            f"gpunet-exporter's Python: {py['path']} ({py['version']}): a fixed pure-Python loop in "
+            f"{probe_range(py)} ms"
+            + ("" if harness["path"] == py["path"] else
+               f" (this benchmark's own, {harness['path']}: {probe_range(harness)} ms)")
+            + f" (best of 30, in each of {PROBE_PROCESSES} processes); lower is faster, and the exporter's CPU "
+            "follows it",
             f"node_exporter: {report['node_exporter_version']}",
             "load average (1, 5, 15 min) at start / between the two / end: "
             + " / ".join(report["loadavg"].get(k, "?") for k in ("start", "between", "end")),
@@ -542,6 +587,11 @@ def table(report: dict) -> str:
                  "  last collector durations (ms): "
                  + ", ".join(f"{k} {v:.2f}" for k, v in sorted(s["collector_duration_ms"].items()))]
     return "\n".join(head + lines + tail)
+
+
+def probe_range(python: dict) -> str:
+    low, high = python["probe_ms"][0], python["probe_ms"][-1]
+    return f"{low:g}" if low == high else f"{low:g} to {high:g}"
 
 
 def node_exporter_binary(explicit: str | None) -> str | None:
@@ -579,6 +629,10 @@ def main(argv: list[str] | None = None) -> int:
                         "(by default the node has 8 GPUs, read from nvml.json)")
     p.add_argument("--gpunet-args", default="", metavar="ARGS",
                    help="extra arguments for gpunet-exporter, e.g. --gpunet-args='--fast-interval 0.5'")
+    p.add_argument("--python", default=sys.executable, metavar="PATH",
+                   help="the Python that runs gpunet-exporter (default: this one). The container image's CPython "
+                        "is built with PGO and LTO; a build without them (pyenv's default) costs a quarter more "
+                        "CPU: bench/README.md says how to make a venv with the system's optimized Python")
     p.add_argument("--node-exporter", help="node_exporter binary (default /usr/bin/prometheus-node-exporter)")
     p.add_argument("--floor-seconds", type=float, default=20.0,
                    help="at the end, seconds of a bare Python thread waking every 0.2 s, as gpunet's fast lane does: "
@@ -617,10 +671,12 @@ def main(argv: list[str] | None = None) -> int:
             log(f"fixture: {n_files} files in {root}")
 
         g_port, n_port = free_port(), free_port()
-        gpunet_argv = [sys.executable, "-m", "exporter", "--root", str(root), "--listen", f"127.0.0.1:{g_port}",
+        gpunet_argv = [args.python, "-m", "exporter", "--root", str(root), "--listen", f"127.0.0.1:{g_port}",
                        *shlex.split(args.gpunet_args)]
         ne_argv = [ne, f"--web.listen-address=127.0.0.1:{n_port}"]
         report = {"machine": machine(), "node_exporter_version": ne_version,
+                  "gpunet_python": interpreter(args.python),
+                  "harness_python": interpreter(sys.executable) if args.python != sys.executable else None,
                   "fixture": {"path": str(root), "how": how, "ports": ports, "static": True},
                   "args": vars(args)}
         report["loadavg"] = {"start": loadavg()}

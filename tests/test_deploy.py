@@ -539,6 +539,27 @@ def test_dockerfile_shape():
     assert int(user) == manifest("DaemonSet")["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
 
 
+def test_dockerfile_compiles_the_bytecode_at_build_time():
+    """The container runs with PYTHONDONTWRITEBYTECODE on a read-only root: the build stage
+    must compile every module it installs (gpunet's and its dependencies'), else each start
+    compiles them again and keeps the compiler's memory. Hash-based .pyc, since COPY --from
+    need not keep the files' times that timestamp-based ones are checked against."""
+    ins = dockerfile_instructions()
+    last_from = max(i for i, (k, _) in enumerate(ins) if k == "FROM")
+    build_runs = " && ".join(v for k, v in ins[:last_from] if k == "RUN")
+    install = re.search(r"(\S+/pip) install ([^&]*)", build_runs)
+    assert install, build_runs
+    venv = install.group(1).rsplit("/bin/pip", 1)[0]
+    compiled = re.search(r"python -m compileall (.*?)(?:&&|$)", build_runs)
+    assert compiled, "the build stage does not compile the installed bytecode"
+    args = compiled.group(1).split()
+    assert "unchecked-hash" in args or "checked-hash" in args, args
+    assert any(a == venv or a.startswith(venv + "/") for a in args), f"compileall does not cover {venv}: {args}"
+    final = dict(ins[last_from:])
+    assert "PYTHONDONTWRITEBYTECODE=1" in final["ENV"]
+    assert venv in final["COPY"], final["COPY"]
+
+
 def test_dockerfile_healthcheck_against_a_running_exporter(tmp_path):
     """The HEALTHCHECK command itself, pointed at a real exporter (on a fixture node): 0
     while it serves /healthz, non-zero once it is gone."""
