@@ -206,6 +206,41 @@ def test_daemonset_runs_in_the_host_network_namespace():
     assert any(t.get("key") == "nvidia.com/gpu" for t in spec["tolerations"])
 
 
+def runs_on(pod_spec: dict, node_labels: dict[str, str]) -> bool:
+    """Whether the DaemonSet controller keeps a pod of this spec on a node with these labels:
+    its nodeSelector, and its required node affinity (terms ORed, a term's expressions
+    ANDed), as Kubernetes reads them (the operators a nodeSelectorRequirement may use)."""
+    if any(node_labels.get(k) != v for k, v in pod_spec.get("nodeSelector", {}).items()):
+        return False
+    required = (pod_spec.get("affinity", {}).get("nodeAffinity", {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if required is None:
+        return True
+
+    def holds(e: dict) -> bool:
+        present, value = e["key"] in node_labels, node_labels.get(e["key"])
+        return {"In": lambda: present and value in e["values"],
+                "NotIn": lambda: not present or value not in e["values"],
+                "Exists": lambda: present,
+                "DoesNotExist": lambda: not present}[e["operator"]]()
+    return any(all(map(holds, term.get("matchExpressions", []))) for term in required["nodeSelectorTerms"])
+
+
+def test_daemonset_leaves_a_node_while_the_gpu_operator_unloads_the_driver():
+    """NVML holds /dev/nvidia* open: the driver manager (driver upgrade) and the MIG manager
+    (MIG layout change) set nvidia.com/gpu.deploy.client away from "true" while they need
+    every GPU client gone, and the pod must go; without the label (operators before it
+    existed) it must run."""
+    spec = manifest("DaemonSet")["spec"]["template"]["spec"]
+    gpu_node = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": "gpu-1"}
+    client = "nvidia.com/gpu.deploy.client"
+    assert runs_on(spec, gpu_node)
+    assert runs_on(spec, {**gpu_node, client: "true"})
+    for paused in ("paused-for-driver-upgrade", "paused-for-mig-change", "false"):
+        assert not runs_on(spec, {**gpu_node, client: paused}), paused
+    assert not runs_on(spec, {"kubernetes.io/hostname": "cpu-1", client: "true"})  # no GPU: not this DaemonSet
+
+
 def test_daemonset_selectors_and_labels_agree():
     ds = manifest("DaemonSet")
     pod_labels = ds["spec"]["template"]["metadata"]["labels"]
