@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--python-after", default=sys.executable, metavar="PATH",
                    help="the Python that runs AFTER: with the same tree twice, two builds of CPython compared")
     args = p.parse_args(argv)
-    before, after = (args.before, args.python_before), (args.after, args.python_after)
+    # Absolute: each side runs in its own tree's folder.
+    before = (args.before, os.path.abspath(args.python_before))
+    after = (args.after, os.path.abspath(args.python_after))
     with tempfile.TemporaryDirectory(prefix="gpunet-compare-") as tmp:
         root = Path(args.root) if args.root else Path(tmp) / "node"
         if not args.root:

@@ -433,11 +433,11 @@ def machine() -> dict:
 
 
 # A fixed piece of pure-Python work (calls, tuples, dicts, floats, as the exporter's ticks
-# do), timed in the interpreter that runs gpunet: how fast that build of CPython is. Builds
-# differ by a quarter: the container image's python:3.11-slim is built with PGO and LTO, a
-# default pyenv build is not. Best of 30 in each of 3 processes: one process of pyenv's
-# build here may run it twice as slow as the next (its layout in memory, it seems), so the
-# spread between processes is part of the answer.
+# do), timed in the interpreter that runs gpunet: which kind of CPython build it is. The
+# container image's python:3.11-slim is built with PGO and LTO, a default pyenv build is
+# not (the exporter's ticks cost a quarter more on it, the whole exporter an eighth). Best
+# of 30 in each of 3 processes: on this VM one process of either build may run it at twice
+# the time of the next, so the spread between processes is part of the answer.
 INTERPRETER_PROBE = """
 import time
 def work():
@@ -464,7 +464,8 @@ def interpreter(python: str) -> dict:
         run("import aiohttp, exporter.cli")
         probe_ms = sorted(float(run(INTERPRETER_PROBE)) for _ in range(PROBE_PROCESSES))
     except (OSError, subprocess.SubprocessError, ValueError) as e:
-        detail = e.stderr.strip().splitlines()[-1] if isinstance(e, subprocess.CalledProcessError) and e.stderr else e
+        lines = e.stderr.strip().splitlines() if isinstance(e, subprocess.CalledProcessError) and e.stderr else []
+        detail = lines[-1] if lines else e
         raise RuntimeError(f"{python} cannot run gpunet-exporter from {REPO}: {detail} (make a venv with it and "
                            f"`pip install -e {REPO}`)") from None
     return {"path": python, "version": version, "probe_ms": probe_ms}
@@ -566,8 +567,7 @@ def table(report: dict) -> str:
             f"{probe_range(py)} ms"
             + ("" if harness["path"] == py["path"] else
                f" (this benchmark's own, {harness['path']}: {probe_range(harness)} ms)")
-            + f" (best of 30, in each of {PROBE_PROCESSES} processes); lower is faster, and the exporter's CPU "
-            "follows it",
+            + f" (best of 30, in each of {PROBE_PROCESSES} processes; lower is faster)",
             f"node_exporter: {report['node_exporter_version']}",
             "load average (1, 5, 15 min) at start / between the two / end: "
             + " / ".join(report["loadavg"].get(k, "?") for k in ("start", "between", "end")),
@@ -631,8 +631,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="extra arguments for gpunet-exporter, e.g. --gpunet-args='--fast-interval 0.5'")
     p.add_argument("--python", default=sys.executable, metavar="PATH",
                    help="the Python that runs gpunet-exporter (default: this one). The container image's CPython "
-                        "is built with PGO and LTO; a build without them (pyenv's default) costs a quarter more "
-                        "CPU: bench/README.md says how to make a venv with the system's optimized Python")
+                        "is built with PGO and LTO; on a build without them (pyenv's default) the exporter costs "
+                        "an eighth more CPU: bench/README.md says how to make a venv with the system's optimized "
+                        "Python")
     p.add_argument("--node-exporter", help="node_exporter binary (default /usr/bin/prometheus-node-exporter)")
     p.add_argument("--floor-seconds", type=float, default=20.0,
                    help="at the end, seconds of a bare Python thread waking every 0.2 s, as gpunet's fast lane does: "

@@ -209,7 +209,9 @@ def test_daemonset_runs_in_the_host_network_namespace():
 def runs_on(pod_spec: dict, node_labels: dict[str, str]) -> bool:
     """Whether the DaemonSet controller keeps a pod of this spec on a node with these labels:
     its nodeSelector, and its required node affinity (terms ORed, a term's expressions
-    ANDed), as Kubernetes reads them (the operators a nodeSelectorRequirement may use)."""
+    ANDed; a term without expressions matches no node), as Kubernetes reads them. Label
+    expressions only (no matchFields), with the operators In, NotIn, Exists and
+    DoesNotExist; another one raises KeyError."""
     if any(node_labels.get(k) != v for k, v in pod_spec.get("nodeSelector", {}).items()):
         return False
     required = (pod_spec.get("affinity", {}).get("nodeAffinity", {})
@@ -223,7 +225,9 @@ def runs_on(pod_spec: dict, node_labels: dict[str, str]) -> bool:
                 "NotIn": lambda: not present or value not in e["values"],
                 "Exists": lambda: present,
                 "DoesNotExist": lambda: not present}[e["operator"]]()
-    return any(all(map(holds, term.get("matchExpressions", []))) for term in required["nodeSelectorTerms"])
+    assert not any("matchFields" in term for term in required["nodeSelectorTerms"]), "matchFields: not read here"
+    return any(term.get("matchExpressions") and all(map(holds, term["matchExpressions"]))
+               for term in required["nodeSelectorTerms"])
 
 
 def test_daemonset_leaves_a_node_while_the_gpu_operator_unloads_the_driver():
@@ -575,21 +579,33 @@ def test_dockerfile_shape():
 
 
 def test_dockerfile_compiles_the_bytecode_at_build_time():
-    """The container runs with PYTHONDONTWRITEBYTECODE on a read-only root: the build stage
-    must compile every module it installs (gpunet's and its dependencies'), else each start
-    compiles them again and keeps the compiler's memory. Hash-based .pyc, since COPY --from
-    need not keep the files' times that timestamp-based ones are checked against."""
+    """The container runs with PYTHONDONTWRITEBYTECODE on a read-only root: every module it
+    imports must have its .pyc in the image, else each start compiles it again and keeps the
+    compiler's memory. That is gpunet's and its dependencies' (the build stage, after the
+    install) and the standard library's, whose .pyc the official python image deletes (the
+    final stage). Hash-based .pyc, since COPY --from need not keep the files' times that
+    timestamp-based ones are checked against."""
     ins = dockerfile_instructions()
     last_from = max(i for i, (k, _) in enumerate(ins) if k == "FROM")
     build_runs = " && ".join(v for k, v in ins[:last_from] if k == "RUN")
     install = re.search(r"(\S+/pip) install ([^&]*)", build_runs)
     assert install, build_runs
     venv = install.group(1).rsplit("/bin/pip", 1)[0]
-    compiled = re.search(r"python -m compileall (.*?)(?:&&|$)", build_runs)
-    assert compiled, "the build stage does not compile the installed bytecode"
-    args = compiled.group(1).split()
-    assert "unchecked-hash" in args or "checked-hash" in args, args
-    assert any(a == venv or a.startswith(venv + "/") for a in args), f"compileall does not cover {venv}: {args}"
+
+    def compiled(runs: str) -> list[list[str]]:
+        """The arguments of each `python -m compileall` in these RUN lines, checked for
+        hash-based .pyc."""
+        out = [m.group(1).split() for m in re.finditer(r"python -m compileall (.*?)(?:&&|$)", runs)]
+        for args in out:
+            assert "unchecked-hash" in args or "checked-hash" in args, args
+        return out
+
+    venv_compiles = [args for args in compiled(build_runs) if any(a == venv or a.startswith(venv + "/") for a in args)]
+    assert venv_compiles, f"the build stage does not compile the bytecode it installs into {venv}"
+    assert build_runs.index("compileall") > install.start(), "compileall runs before the install"
+    final_runs = " && ".join(v for k, v in ins[last_from:] if k == "RUN")
+    assert any('get_path("stdlib")' in " ".join(args) or any(a.startswith("/usr/local/lib/python3") for a in args)
+               for args in compiled(final_runs)), "the final stage leaves the standard library without .pyc"
     final = dict(ins[last_from:])
     assert "PYTHONDONTWRITEBYTECODE=1" in final["ENV"]
     assert venv in final["COPY"], final["COPY"]

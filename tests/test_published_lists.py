@@ -67,13 +67,16 @@ class Returned:
 
 
 def move_counters(node, step: int) -> int:
-    """Add `step` to every moving counter file that holds an integer; how many moved."""
+    """Add `step` to every moving counter file that holds an integer (a negative step sets
+    it back, as a driver reload does); how many moved."""
     moved = 0
     for pattern in MOVING:
         for path in node.glob(pattern):
+            if not path.is_file():
+                continue
             text = path.read_text().strip()
-            if path.is_file() and text.isdigit():
-                path.write_text(f"{int(text) + step}\n")
+            if text.isdigit():
+                path.write_text(f"{max(int(text) + step, 0)}\n")
                 moved += 1
     return moved
 
@@ -94,9 +97,11 @@ def test_no_returned_list_changes_after_it_was_returned(fixture, tmp_path):
     moved = 0
     try:
         now = 100.0
-        for second in range(6):
-            if second >= 2:  # first as they are (the short paths learn them), then moving
-                moved += move_counters(node, 1000 * second)
+        # First as they are (the short paths learn them), then rising, then set back (a reset:
+        # the counters carry what they had over), then rising again from there.
+        for step in (0, 0, 1000, 2000, -10**12, 500, 700):
+            if step:
+                moved += move_counters(node, step)
             sampler.slow_tick(now)
             for fast in range(5):
                 sampler.fast_tick(now + 0.2 * fast)
@@ -107,8 +112,13 @@ def test_no_returned_list_changes_after_it_was_returned(fixture, tmp_path):
     finally:
         asyncio.run(sampler.stop())
     ran = {label for label, _, _ in returned.lists}
-    every = {f"{c.name}.collect" for c in [*sampler.link_load_inputs, *sampler.fast, *sampler.slow]}
-    assert every <= ran, f"never ran: {sorted(every - ran)}"
+    collectors = [*sampler.link_load_inputs, *sampler.fast, *sampler.slow]
+    every = {f"{c.name}.collect" for c in collectors}
+    every |= {f"{c.name} published (samples)" for c in collectors}
+    every |= {f"{c.name}.live_samples" for c in collectors if callable(getattr(c, "live_samples", None))}
+    if sampler.link_load_inputs:
+        every.add("link_load.samples")
+    assert every <= ran, f"never recorded: {sorted(every - ran)}"
     assert not returned.changed(), "\n".join(returned.changed())
     if (node / "sys/class/net").is_dir() and any(node.glob(MOVING[0])):
         assert moved, "no counter moved: the test would not see a list changed on the long path"
