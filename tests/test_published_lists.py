@@ -14,7 +14,6 @@ scrapes over every fixture node, whose counters move between the ticks.
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import Callable
 
 import pytest
@@ -82,9 +81,8 @@ def move_counters(node, step: int) -> int:
 
 
 @pytest.mark.parametrize("fixture", NODES, ids=lambda p: p.name)
-def test_no_returned_list_changes_after_it_was_returned(fixture, tmp_path):
-    node = tmp_path / fixture.name
-    shutil.copytree(fixture, node, symlinks=True)
+def test_no_returned_list_changes_after_it_was_returned(fixture, node_copy):
+    node = node_copy(fixture.name)
     registry = Registry(root_label=node.name)
     sampler = make_sampler(parse_args(["--root", str(node)]), registry)
     returned = Returned()
@@ -119,6 +117,7 @@ def test_no_returned_list_changes_after_it_was_returned(fixture, tmp_path):
     if sampler.link_load_inputs:
         every.add("link_load.samples")
     assert every <= ran, f"never recorded: {sorted(every - ran)}"
-    assert not returned.changed(), "\n".join(returned.changed())
+    changed = returned.changed()
+    assert not changed, "\n".join(changed)
     if (node / "sys/class/net").is_dir() and any(node.glob(MOVING[0])):
         assert moved, "no counter moved: the test would not see a list changed on the long path"
