@@ -14,7 +14,7 @@ import pandas as pd
 
 from diagnoser.analysis.features import Features
 from diagnoser.analysis.rules import EXPLAINS, RULES, WAITS_IN
-from diagnoser.analysis.rules.base import Baseline, Detection, WindowContext, plain
+from diagnoser.analysis.rules.base import SMALLEST_MSS, Baseline, Detection, WindowContext, plain
 from diagnoser.model.findings import WindowFinding
 
 BASELINE_QUANTILE = 0.2  # the job's quieter windows: robust to incidents covering most, not all, of the range
@@ -49,7 +49,26 @@ def baseline(f: Features) -> Baseline:
 
     idle_base = float(np.quantile(idle, BASELINE_QUANTILE)) if len(idle) else float("nan")
     return Baseline(idle_base, q("idle_saturated_frac"), q("idle_quiet_frac"), q("ecn_per_gb"),
-                    q("retrans_ratio"), q("other_util_median"), q("xmit_wait_per_gb"))
+                    q("retrans_ratio"), q("other_util_median"), q("xmit_wait_per_gb"), tcp_byte_share(f.node),
+                    q("loss_per_gb"), _top(g["util_median"]))
+
+
+def _top(values: pd.Series) -> float:
+    values = values.dropna()
+    return float(np.quantile(values, 0.9)) if len(values) else float("nan")
+
+
+def tcp_byte_share(node: pd.DataFrame) -> float:
+    """The median node's share of its bytes sent that TCP carried, over the whole range: a
+    property of how the job communicates (NCCL over sockets or over RDMA), not of one window,
+    whose stalls would raise the share of the management traffic that goes on through them."""
+    if not len(node) or "tcp_sent" not in node or "bytes_sent" not in node:
+        return float("nan")
+    by_node = node[["tcp_sent", "bytes_sent"]].groupby(level="instance").sum(min_count=1)
+    by_node = by_node[(by_node["bytes_sent"] > 0) & by_node["tcp_sent"].notna()]
+    if not len(by_node):
+        return float("nan")
+    return float((by_node["tcp_sent"] * SMALLEST_MSS / by_node["bytes_sent"]).median())
 
 
 def windows(f: Features, base: Baseline) -> list[WindowContext]:

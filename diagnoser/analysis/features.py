@@ -117,6 +117,12 @@ def compute(frame: Frame) -> Features:
         f["rx_error_rate"] = n["rx_errors"] / step
         f["retrans_ratio"] = n["tcp_retrans"] / n["tcp_sent"].where(n["tcp_sent"] > 0)
         f["throttle_frac"] = n["throttled"] / (n["gpus"] * step).replace(0, np.nan)
+        # The events themselves, for the rules that judge them as counts (rules/counts.py),
+        # and what they are counted over: bytes moved, segments sent, bytes sent.
+        for count in ("rdma_loss", "rx_errors", "tcp_retrans", "tcp_sent", "pfc_tx"):
+            f[count] = n[count]
+        f["bytes_moved"] = n["tx_bytes"].fillna(0) + n["rx_bytes"].fillna(0)
+        f["bytes_sent"] = n["tx_bytes"].fillna(0) + n["other_bytes"].fillna(0)
         f["bytes_rate"] = (n["tx_bytes"] + n["rx_bytes"]) / step
         # The node's own word on time at line rate (some fabric NIC, either direction):
         # its network_state seconds, not a sum over NICs and directions.
@@ -154,6 +160,8 @@ def compute(frame: Frame) -> Features:
     g["state_sat_frac_median"] = by["state_sat_frac"].median()
     g["ecn_per_gb"] = by["ecn_per_gb"].median()
     g["xmit_wait_per_gb"] = by["xmit_wait_per_gb"].median()
+    with np.errstate(all="ignore"):
+        g["loss_per_gb"] = by["rdma_loss"].sum(min_count=1) / (by["bytes_moved"].sum(min_count=1) / 1e9).replace(0, np.nan)
     g["retrans_ratio"] = n["tcp_retrans"].groupby(level="window").sum(min_count=1) / \
         n["tcp_sent"].groupby(level="window").sum(min_count=1).replace(0, np.nan)
     g["throttle_frac_max"] = by["throttle_frac"].max()

@@ -20,6 +20,10 @@ from gpunet.promql import regex_literal
 # GPU idle above the job's own baseline (its quieter windows) that is worth a finding:
 # the subtle faults on-call must catch add 5 to 8 points of idle.
 EXCESS_IDLE = 0.03
+# The smallest segment TCP commonly sends on a data-centre link (1500-byte MTU): segments
+# times this is the least their bytes can be, so a share of bytes computed with it is a
+# lower bound.
+SMALLEST_MSS = 1448
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,15 @@ class Baseline:
     retrans_ratio: float
     other_util: float
     xmit_wait_per_gb: float
+    # The share of the median node's bytes sent, over the whole range, that its TCP segments
+    # carry (at least: counted at the smallest common segment size). Near 0 where the training
+    # traffic is RDMA and TCP only manages; a large share where the collectives run over
+    # sockets. NaN where unknown.
+    tcp_byte_share: float = float("nan")
+    loss_per_gb: float = float("nan")  # RDMA loss events per GB moved in the usual windows
+    # The median node's fabric load at its best (the 90th percentile of the windows): loss
+    # that costs the job time costs it throughput too, so a lossy window must fall below it.
+    util_top: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -162,29 +175,6 @@ MIN_PEERS = 4
 def any_node(node: pd.DataFrame, column: str, at_least: float) -> pd.Series:
     """Per window, whether some node's `column` reached `at_least`: a record's signature."""
     return (node[column] >= at_least).groupby(level="window").any()
-
-
-def others_median(values: pd.Series) -> pd.Series:
-    """For each node, the median of the other nodes' values (NaN where there are none), in
-    one sort rather than one median per node: a window of 1000 nodes is judged as fast as
-    one of 10. Removing the value of rank r from the sorted values shifts those above it
-    down by one; ties do not matter (removing either of two equal values leaves the same)."""
-    v = values.to_numpy(dtype=float)
-    known = np.isfinite(v)
-    s = np.sort(v[known])
-    m = len(s)
-    out = np.full(len(v), float(np.median(s)) if m else np.nan)  # a node without a value: all the others
-    if m >= 2:
-        rank = np.searchsorted(s, v[known])  # where each known value sits (first of equals)
-        half = (m - 1) // 2  # the middle of the m - 1 others
-
-        def pick(j: int) -> np.ndarray:
-            return s[np.where(j < rank, j, j + 1)]
-
-        out[known] = pick(half) if (m - 1) % 2 else (pick(half - 1) + pick(half)) / 2
-    elif m == 1:
-        out[known] = np.nan  # the only value has no others
-    return pd.Series(out, index=values.index)
 
 
 def against_peers(values: pd.Series, culprits: list[str]) -> dict[str, dict[str, float | None]]:

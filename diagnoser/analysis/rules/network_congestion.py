@@ -64,4 +64,8 @@ RULE = BottleneckClass(
     check=check,
     localised=False,
     after=("pfc_storm",),
+    # Buffers that overflow where the fabric is congested lose packets: the loss events that
+    # follow the marks and pauses are congestion's symptom, not a cause beside it (a link that
+    # corrupts frames is the exception, and packet_loss keeps it).
+    explains=frozenset({"packet_loss"}),
 )

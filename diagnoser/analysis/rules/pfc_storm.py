@@ -5,20 +5,14 @@ from __future__ import annotations
 import pandas as pd
 
 from diagnoser.analysis.features import receiving_pauses
-from diagnoser.analysis.rules.base import (
-    BottleneckClass,
-    Detection,
-    WindowContext,
-    against_peers,
-    any_node,
-    others_median,
-)
+from diagnoser.analysis.rules import counts
+from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext, against_peers, any_node
 
 # A NIC stuck in XOFF refreshes its pauses every few hundred microseconds, i.e. thousands of
 # frames a second; a healthy DCQCN fabric sends a handful per second at most.
 STORM_TX_RATE = 500.0  # pause frames per second sent by one node
-# ... and ten times its peers' median: back-pressure from congestion makes many nodes send
-# pauses at similar rates; a stuck receive path makes one node send far more than the rest.
+# ... and ten times what its peers' rate predicts: back-pressure from congestion makes many
+# nodes send pauses at similar rates; a stuck receive path makes one node send far more.
 # A ratio, not a z-score, so that it holds on 2 or 3 nodes as on 1000.
 STORM_RATIO = 10.0
 SATURATING_PAUSED_IDLE = 0.2  # GPU idle in paused ticks at which confidence stops growing
@@ -30,11 +24,12 @@ def check(w: WindowContext) -> Detection | None:
     high = rate[rate >= STORM_TX_RATE]
     if not len(high):
         return None
-    # Each candidate against the nodes that are not candidates (two storming nodes must not
-    # hide each other); where every node is high, against all the others.
-    quiet = rate.drop(index=high.index).dropna()
-    peers = others_median(rate)[high.index] if not len(quiet) else pd.Series(float(quiet.median()), index=high.index)
-    storm = high[high >= STORM_RATIO * peers.fillna(0.0)]
+    # Each candidate's pauses as a count against what the typical nodes' rate predicts
+    # (rules/counts.py: two storming nodes do not hide each other; where every node is high,
+    # one far above the rest still stands out).
+    sent = nw["pfc_tx"] if "pfc_tx" in nw else rate * w.step
+    table = counts.against_background(sent, pd.Series(w.step, index=nw.index), STORM_RATIO)
+    storm = high[table["holds"].reindex(high.index, fill_value=False).astype(bool)]
     if not len(storm):
         return None
     culprits = list(storm.sort_values(ascending=False).index)
@@ -43,7 +38,8 @@ def check(w: WindowContext) -> Detection | None:
     g = w.cluster
     confidence = 0.6 + 0.4 * min(g["idle_paused_frac"] / SATURATING_PAUSED_IDLE, 1.0) if w.has_gpu else 0.7
     return Detection(culprits, w.devices(culprits, "pfc_tx_rate"), confidence, {
-        "pause_tx_per_s": against_peers(rate, culprits), "nodes_receiving_pauses": victims,
+        "pause_tx_per_s": against_peers(rate, culprits), "pauses_sent": counts.evidence(table, culprits),
+        "nodes_receiving_pauses": victims,
         "gpu_idle_paused": g["idle_paused_frac"], "gpu_idle": g["idle_frac"]},
         effect={n: float(rate[n]) for n in culprits})
 
