@@ -11,7 +11,11 @@ engine (putting it together), output (trace + labels.json), cli, suite (committe
 and evaluation suites), calibrate lives in engine.
 """
 
-from gpunet.simulate.params import (
+from gpunet.extras import DIAGNOSER_EXTRA, require
+
+require("diagnoser", DIAGNOSER_EXTRA, "gpunet-simulate")
+
+from gpunet.simulate.params import (  # noqa: E402 (after the check that says what is missing)
     ClusterParams,
     ConfounderSpec,
     FabricParams,
