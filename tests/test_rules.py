@@ -133,8 +133,11 @@ def test_pfc_storm_needs_both_the_rate_and_the_standing_out():
 
 # --- link_degraded ---------------------------------------------------------------------------
 
+IMPACT = {"idle_frac": 0.3}  # GPUs idling 10 points above the job's baseline
+
+
 def test_link_degraded_finds_a_slow_a_down_and_a_flapping_link():
-    ctx = window(nics={(NODES[1], "ens1f0np0"): {"speed": SPEED / 2},
+    ctx = window(IMPACT, nics={(NODES[1], "ens1f0np0"): {"speed": SPEED / 2},
                        (NODES[2], "ens1f1np1"): {"up": 0.0},
                        (NODES[5], "ens1f0np0"): {"carrier_changes": 4.0}})
     d = check("link_degraded", ctx)
@@ -155,7 +158,7 @@ def test_a_slower_nic_of_another_kind_on_every_node_is_no_degraded_link():
     a fabric NIC by default): its peers are the storage NICs of the other nodes. The same NIC
     trained at half its speed on one node is a degraded link."""
     def with_storage(speed_of_node_5: float) -> WindowContext:
-        ctx = window()
+        ctx = window(IMPACT)
         storage = pd.DataFrame({"speed": SPEED / 2, "up": 1.0, "carrier_changes": 0.0, "pfc_tx_rate": 0.0,
                                 "loss_rate": 0.0, "in_use": True},
                                index=pd.MultiIndex.from_tuples([(n, "stor0") for n in NODES],
@@ -167,6 +170,14 @@ def test_a_slower_nic_of_another_kind_on_every_node_is_no_degraded_link():
     d = check("link_degraded", with_storage(SPEED / 4))
     assert d is not None and d.nodes == [NODES[5]]
     assert d.evidence["links"] == {f"{NODES[5]} stor0": "100 Gb/s vs peers 200 Gb/s"}
+
+
+def test_a_link_that_dropped_without_costing_the_job_anything_is_no_finding():
+    """A link down for a few seconds once (carrier +2), or a rail the job did without, while
+    its GPUs waited no more than usual: nothing that can explain idle, nothing to report."""
+    blip = {(NODES[5], "ens1f0np0"): {"carrier_changes": 2.0}}
+    assert check("link_degraded", window(nics=blip)) is None
+    assert check("link_degraded", window(IMPACT, nics=blip)) is not None
 
 
 # --- packet_loss -----------------------------------------------------------------------------

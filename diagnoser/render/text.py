@@ -209,6 +209,13 @@ def figure(value: object, share: bool = False) -> str:
         return _pct(value)
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, dict) and {"count", "expected"} <= value.keys():  # a culprit's events as a count
+        expected, ratio, p = value["expected"], value.get("ratio"), value.get("p_value")
+        if not isinstance(expected, float):
+            return f"{figure(value['count'])} (no peers to compare)"
+        times = f", {figure(ratio)}x" if isinstance(ratio, float) else ""
+        chance = f", p {'< 1e-12' if p < 1e-12 else f'= {p:.2g}'}" if isinstance(p, float) else ""
+        return f"{figure(value['count'])} (its peers' rate predicts {figure(expected)}{times}{chance})"
     if isinstance(value, dict) and {"value", "peers_median"} <= value.keys():  # a culprit against its peers
         ratio = value.get("ratio")
         times = f", {figure(ratio)}x" if isinstance(ratio, float) else ""

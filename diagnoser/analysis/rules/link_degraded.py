@@ -45,7 +45,9 @@ def check(w: WindowContext) -> Detection | None:
     down = nicw["up"] == 0
     flaps = nicw["carrier_changes"] > 0
     bad = nicw[slow | down | flaps]
-    if not len(bad):
+    # A cause is one that can cause the idle: a link that went down for a few seconds once, or
+    # a rail the job did without, while its GPUs waited no more than usual, cost it nothing.
+    if not len(bad) or not w.impact:
         return None
     culprits = sorted(set(bad.index.get_level_values("instance")))
 

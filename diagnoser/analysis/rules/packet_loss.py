@@ -1,5 +1,8 @@
-"""packet_loss: go-back-N retransmission (RDMA loss events) or TCP retransmits stall the
-collectives."""
+"""packet_loss: go-back-N retransmission (RDMA loss events), or TCP retransmits where the
+collectives run over TCP sockets, stall the collectives. Loss counts as the cause only where
+a node's count stands out from what its peers' rate predicts (or the job's from its own
+usual rate) and the job's throughput falls with it; loss that follows congestion's marks
+and pauses is congestion's symptom."""
 
 from __future__ import annotations
 
