@@ -73,6 +73,8 @@ def window(cluster: dict | None = None, nodes: dict[str, dict] | None = None, ni
     waits_in = {name: r.waits_in for name, r in RULES.items()}
     figures = {**CLUSTER_HEALTHY, **(cluster or {})}
     figures.setdefault("idle_quiet_sustained", figures["idle_quiet_frac"])  # quiet idle through the window
+    figures.setdefault("gb_moved", float(node["bytes_moved"].sum()) / GB)  # and the marks as a count over it
+    figures.setdefault("marks", figures["ecn_per_gb"] * figures["gb_moved"])
     ctx = WindowContext(0.0, pd.Series(figures), node, nic, BASELINE, SPEED,
                         gpu if gpu is not None else pd.DataFrame(), 20.0, {}, explains, waits_in)
     for name in found:
@@ -271,6 +273,15 @@ def test_packet_loss_without_gpu_impact_is_no_finding():
 def test_congestion_on_ecn_marks_per_gb():
     d = check("network_congestion", window({"idle_frac": 0.27, "ecn_per_gb": 400.0}))
     assert d is not None and d.nodes == [] and d.confidence == pytest.approx(0.9)
+
+
+def test_a_few_marks_over_a_stalled_window_are_no_congestion():
+    """3 marks over the 10 MB a stalled window moved is 300 marks per GB, and chance against
+    the job's usual marks (1 per GB; p ~ 0.01): a count, not a rate, says so."""
+    assert check("network_congestion", window({"idle_frac": 0.5, "ecn_per_gb": 300.0, "marks": 3.0,
+                                               "gb_moved": 0.01})) is None
+    assert check("network_congestion", window({"idle_frac": 0.5, "ecn_per_gb": 500.0, "marks": 5000.0,
+                                               "gb_moved": 10.0})) is not None
 
 
 def test_congestion_on_pauses_received_across_the_fabric():

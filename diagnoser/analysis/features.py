@@ -122,6 +122,7 @@ def compute(frame: Frame) -> Features:
         for count in ("rdma_loss", "rx_errors", "tcp_retrans", "tcp_sent", "pfc_tx"):
             f[count] = n[count]
         f["bytes_moved"] = n["tx_bytes"].fillna(0) + n["rx_bytes"].fillna(0)
+        f["marks"] = np.fmax(n["ecn"].fillna(0), n["cnp_sent"].fillna(0)).where(n["ecn"].notna() | n["cnp_sent"].notna())
         f["bytes_sent"] = n["tx_bytes"].fillna(0) + n["other_bytes"].fillna(0)
         f["bytes_rate"] = (n["tx_bytes"] + n["rx_bytes"]) / step
         # The node's own word on time at line rate (some fabric NIC, either direction):
@@ -160,6 +161,8 @@ def compute(frame: Frame) -> Features:
     g["state_sat_frac_median"] = by["state_sat_frac"].median()
     g["ecn_per_gb"] = by["ecn_per_gb"].median()
     g["xmit_wait_per_gb"] = by["xmit_wait_per_gb"].median()
+    g["marks"] = by["marks"].sum(min_count=1)
+    g["gb_moved"] = by["bytes_moved"].sum(min_count=1) / 1e9
     with np.errstate(all="ignore"):
         g["loss_per_gb"] = by["rdma_loss"].sum(min_count=1) / (by["bytes_moved"].sum(min_count=1) / 1e9).replace(0, np.nan)
     g["retrans_ratio"] = n["tcp_retrans"].groupby(level="window").sum(min_count=1) / \

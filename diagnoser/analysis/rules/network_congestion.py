@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from diagnoser.analysis.rules import counts
 from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext
 
 # ECN-marked packets per GB moved. 250 marks/GB is ~0.1% of 4 KB packets; a healthy DCQCN
@@ -31,6 +32,11 @@ def check(w: WindowContext) -> Detection | None:
     g, base = w.cluster, w.baseline
     ecn_hot = bool((g["ecn_per_gb"] >= ECN_PER_GB) or (
         np.isfinite(base.ecn_per_gb) and base.ecn_per_gb > 0 and g["ecn_per_gb"] >= ECN_RISE * base.ecn_per_gb))
+    # ... and as a count: a handful of marks over the few megabytes of a stalled window is a
+    # high rate per GB and no news against the job's usual marks (rules/counts.py).
+    marks, moved = float(g.get("marks", np.nan)), float(g.get("gb_moved", np.nan))
+    if ecn_hot and np.isfinite(marks) and np.isfinite(moved):
+        ecn_hot = counts.job_excess(marks, moved, base.ecn_per_gb, 1.0)[2]
     pauses_hot = bool(g["pfc_rx_per_nic"] >= PAUSE_RX_PER_NIC) and g["pfc_rx_nodes"] >= len(w.node) / 2
     wait_hot = bool(np.isfinite(base.xmit_wait_per_gb) and base.xmit_wait_per_gb > 0
                     and g["xmit_wait_per_gb"] >= XMIT_WAIT_RISE * base.xmit_wait_per_gb)
