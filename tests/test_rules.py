@@ -411,10 +411,25 @@ def test_host_bound_is_a_marker_beside_a_stalled_fabric_and_nothing_beside_a_str
     assert check("host_bound", window(cluster, found=("straggler",))) is None
 
 
-def test_a_checkpoint_on_the_storage_nics_is_not_host_bound():
-    """Normal operation: no finding, only a marker that tells the verdict the idle is explained."""
+def test_a_checkpoint_on_the_storage_nics_is_left_out_and_slow_storage_is_host_bound():
+    """A stall with the storage NICs busy is a checkpoint where it is over in a few minutes
+    (normal operation, left out with a note) and storage too slow for the data loader where it
+    holds for longer."""
+    from diagnoser.analysis.rules.host_bound import brief_stalls
+    from diagnoser.model.findings import Incident
+
     d = check("host_bound", window({"idle_frac": 0.3, "idle_quiet_frac": 0.14, "other_util_median": 0.1}))
-    assert d is not None and d.suppressed_by == "checkpoint" and not d.nodes
+    assert d is not None and d.suppressed_by is None and d.evidence["storage_nic_utilisation"] == 0.1
+
+    def stall(minutes: float) -> Incident:
+        return Incident("host_bound", 600.0, 600.0 + 60 * minutes, [], [], 0.8, 100.0, int(minutes / 2), dict(d.evidence))
+
+    kept, note = brief_stalls([stall(4)], 120.0)
+    assert kept == [] and "storage NICs busy (checkpoints)" in str(note)
+    assert brief_stalls([stall(15)], 120.0) == ([stall(15)], None)
+    quiet_storage = stall(4)
+    quiet_storage.evidence = {}
+    assert brief_stalls([quiet_storage], 120.0) == ([quiet_storage], None)
 
 
 def test_a_brief_stall_inside_the_window_is_not_host_bound():

@@ -14,10 +14,12 @@ from diagnoser.model.findings import Incident
 QUIET_RISE = 0.015
 QUIET_SHARE = 0.3
 # Storage/management NICs far busier than usual while GPUs idle quiet: a checkpoint being
-# written, part of normal training, not a host-bound fault. (The median node: a backup on
-# a few nodes moves no median, a checkpoint does.)
+# written, part of normal training, where it is over within a few minutes; storage too slow
+# for the data loader holds for longer, and is this class's fault. (The median node: a
+# backup on a few nodes moves no median, a checkpoint does.)
 CHECKPOINT_OTHER_UTIL = 0.02
 CHECKPOINT_RISE = 3.0
+CHECKPOINT_LONGEST = 300.0  # seconds (or two windows, where a window is longer)
 # A node standing out (slower, or throttled) is the cause the job waits for.
 NODE_STANDS_OUT = ("straggler", "gpu_throttle")
 # Brief stalls (at most this many windows) recurring at a regular period (spread of the gaps
@@ -41,12 +43,19 @@ def check(w: WindowContext) -> Detection | None:
     cause = w.cause_found("host_bound")
     if cause is not None:
         return Detection([], [], 0.0, {}, suppressed_by=cause)
+    evidence = {"gpu_idle_quiet": g["idle_quiet_frac"], "baseline_gpu_idle_quiet": base.idle_quiet_frac,
+                "gpu_idle": g["idle_frac"]}
     other = np.nan_to_num(g["other_util_median"])
     if other >= CHECKPOINT_OTHER_UTIL and other >= CHECKPOINT_RISE * np.nan_to_num(base.other_util):
-        return Detection([], [], 0.0, {}, suppressed_by="checkpoint")  # normal operation: explained, no finding
-    return Detection([], [], 0.5 + min(quiet_rise / 0.2, 0.45), {
-        "gpu_idle_quiet": g["idle_quiet_frac"], "baseline_gpu_idle_quiet": base.idle_quiet_frac,
-        "gpu_idle": g["idle_frac"]})
+        # Storage busy: a checkpoint or slow storage; the stall's length tells (brief_stalls).
+        evidence |= {"storage_nic_utilisation": other, "baseline_storage_nic_utilisation": base.other_util}
+    return Detection([], [], 0.5 + min(quiet_rise / 0.2, 0.45), evidence)
+
+
+def _writes_a_checkpoint(incident: Incident, step: float) -> bool:
+    """A stall with the storage NICs busy, over within a few minutes."""
+    return "storage_nic_utilisation" in incident.evidence and \
+        incident.end - incident.start <= max(CHECKPOINT_LONGEST, 2 * step) + 1e-6
 
 
 def brief_stalls(incidents: list[Incident], step: float) -> tuple[list[Incident], str | None]:
@@ -55,15 +64,21 @@ def brief_stalls(incidents: list[Incident], step: float) -> tuple[list[Incident]
     out, with a note. An input pipeline that cannot keep up holds for longer. The brief ones
     count toward the period: a checkpoint that straddles a window edge once makes a longer
     incident than its siblings, and is one of them all the same."""
+    checkpoints = [i for i in incidents if i.cls == "host_bound" and _writes_a_checkpoint(i, step)]
+    notes = []
+    if checkpoints:
+        incidents = [i for i in incidents if i not in checkpoints]
+        notes.append(f"{len(checkpoints)} GPU stall(s) of a few minutes with the storage NICs busy (checkpoints) "
+                     "left out")
     brief = [i for i in incidents if i.cls == "host_bound" and i.end - i.start <= BRIEF_STALL + 1e-6]
     kept, periodic = _periodic(incidents, step)
     if periodic is not None:
-        return kept, periodic
-    if not brief:
-        return incidents, None
-    return ([i for i in incidents if i not in brief],
-            f"{len(brief)} GPU stall(s) of at most {BRIEF_STALL / 60:.1f} min with a quiet network (a checkpoint?) "
-            "left out")
+        return kept, "; ".join([*notes, periodic])
+    if brief:
+        kept = [i for i in incidents if i not in brief]
+        notes.append(f"{len(brief)} GPU stall(s) of at most {BRIEF_STALL / 60:.1f} min with a quiet network "
+                     "(a checkpoint?) left out")
+    return kept, "; ".join(notes) or None
 
 
 def _periodic(incidents: list[Incident], step: float) -> tuple[list[Incident], str | None]:

@@ -90,12 +90,17 @@ def check(w: WindowContext) -> Detection | None:
     rdma = bool(rdma_local or rdma_fabric)
     culprits = rdma_local if rdma else tcp_local
     # A bad cable or optic is lossy both ways, so its node's neighbours in the collective count
-    # loss too; the port that receives corrupted frames (CRC/symbol errors) is the one to fix.
+    # loss too (NAKs, timeouts: on a ring, every node whose traffic crosses the link); the port
+    # that receives corrupted frames (CRC/symbol errors) is the one to fix, where its errors
+    # stand out as a count and the node counts loss of its own.
     errors = counts.against_background(nw["rx_errors"], seconds, LOCAL_RATIO, at_least=1.0) \
         if "rx_errors" in nw and nw["rx_errors"].notna().any() else pd.DataFrame(columns=["holds"])
     erring = list(errors.index[errors["holds"].astype(bool)])
     if len(culprits) > 1:
         culprits = [n for n in culprits if n in erring] or culprits
+    elif not culprits and rdma:
+        lossy = loss.index[loss["count"].fillna(0) >= LOSS_RATE * w.step]
+        culprits = [n for n in erring if n in lossy]
     # Congestion's marks and pauses explain the loss that follows them (buffers overflow where
     # the fabric is congested): what is left to report is a link that corrupts frames.
     cause = w.cause_found("packet_loss")
