@@ -180,6 +180,12 @@ def test_a_link_that_dropped_without_costing_the_job_anything_is_no_finding():
     blip = {(NODES[5], "ens1f0np0"): {"carrier_changes": 2.0}}
     assert check("link_degraded", window(nics=blip)) is None
     assert check("link_degraded", window(IMPACT, nics=blip)) is not None
+    # A 20 s window 10 points above the baseline: 2 s of every GPU's time, which one drop
+    # can cost. Two minutes of a checkpoint's stall in a 2-minute window it cannot.
+    long_window = dataclasses.replace(window({"idle_frac": 0.9}, nics=blip), step=120.0)
+    assert check("link_degraded", long_window) is None
+    flapping = {(NODES[5], "ens1f0np0"): {"carrier_changes": 12.0}}
+    assert check("link_degraded", dataclasses.replace(window({"idle_frac": 0.5}, nics=flapping), step=120.0))
 
 
 # --- packet_loss -----------------------------------------------------------------------------
@@ -273,6 +279,16 @@ def test_packet_loss_without_gpu_impact_is_no_finding():
 def test_congestion_on_ecn_marks_per_gb():
     d = check("network_congestion", window({"idle_frac": 0.27, "ecn_per_gb": 400.0}))
     assert d is not None and d.nodes == [] and d.confidence == pytest.approx(0.9)
+
+
+def test_marks_beside_idle_at_line_rate_or_with_the_wire_quiet_are_no_congestion():
+    """Congestion slows transfers below line rate: where the extra idle is spent with the links
+    saturated (their bandwidth) or quiet (a checkpoint), the marks a busy fabric makes did not
+    cause it."""
+    marks = {"idle_frac": 0.3, "ecn_per_gb": 400.0}
+    assert check("network_congestion", window({**marks, "idle_active_frac": 0.22})) is not None
+    assert check("network_congestion", window({**marks, "idle_saturated_frac": 0.1})) is None
+    assert check("network_congestion", window({**marks, "idle_quiet_frac": 0.12})) is None
 
 
 def test_a_few_marks_over_a_stalled_window_are_no_congestion():
@@ -385,6 +401,16 @@ def test_no_straggler_inside_a_storm_that_stalls_every_gpu():
     ctx = window({"idle_frac": 0.6}, {NODES[5]: {"idle_frac": 0.05, "idle_frac_z": -9.0}}, found=("pfc_storm",))
     d = check("straggler", ctx)
     assert d is not None and d.suppressed_by == "pfc_storm" and not d.nodes
+
+
+def test_a_node_whose_counts_cover_another_span_is_no_straggler():
+    """A scrape missing at the window's edge (or an exporter restart) leaves the node's busy
+    and idle seconds covering 80% of the window: beside a stall its idle share is of another
+    span than its peers', and seems lower by that alone."""
+    slow = {NODES[4]: {"idle_frac": 0.05, "idle_frac_z": -10.0}}
+    assert check("straggler", window({"idle_frac": 0.3}, slow)) is not None
+    short = {NODES[4]: {**slow[NODES[4]], "coverage": 0.8}}
+    assert check("straggler", window({"idle_frac": 0.3}, short)) is None
 
 
 def test_a_node_with_a_cause_of_its_own_is_no_straggler():

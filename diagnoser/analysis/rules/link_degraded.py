@@ -15,6 +15,13 @@ FEW_NODES = 4  # at most one node in this many with slow links from the start is
 # agree outvote a degraded one), so that a 200G storage NIC beside 400G compute NICs on
 # every node is no fault. Names that differ from node to node fall back to the fabric's median.
 SAME_DEVICE_NODES = 3
+# What one drop of a link can cost the job: the outage, which no scrape saw as down (an
+# outage of half a scrape interval is seen by one scrape in two: a longer one that none saw
+# is unlikely; a window holds at least four scrapes), and the transport's recovery after it
+# (RDMA connections retried, NCCL's collective resumed: seconds). Extra idle beyond what its
+# drops can explain (a checkpoint's minutes in the same window) is another cause's.
+LINK_RECOVERY = 10.0
+UNSEEN_OUTAGE = 0.5 / 4  # of a window: half a scrape interval
 
 
 def check(w: WindowContext) -> Detection | None:
@@ -49,6 +56,10 @@ def check(w: WindowContext) -> Detection | None:
     # a rail the job did without, while its GPUs waited no more than usual, cost it nothing.
     if not len(bad) or not w.impact:
         return None
+    if w.has_gpu and not (slow | down).any():
+        drops = np.ceil(float(bad["carrier_changes"].sum()) / 2)
+        if w.excess * w.step > drops * (UNSEEN_OUTAGE * w.step + LINK_RECOVERY):
+            return None
     culprits = sorted(set(bad.index.get_level_values("instance")))
 
     def why(i: str, d: str) -> str:

@@ -24,6 +24,11 @@ PAUSE_RX_PER_NIC = 5.0
 # the line rate makes them wait tens of percent of it, and per byte moved more still: ten
 # times the baseline on the median node (so on at least half the nodes) is no burst's jitter.
 XMIT_WAIT_RISE = 10.0
+# Congestion slows transfers below line rate, or pauses them: the GPUs' extra idle is spent
+# with the network active or paused. Where most of it is spent at line rate (the links'
+# bandwidth) or with the wire quiet (the host: a checkpoint, the data loader), marks that a
+# busy fabric always makes did not cause it, however many there are.
+OTHER_STATES_SHARE = 0.5
 
 
 def check(w: WindowContext) -> Detection | None:
@@ -42,6 +47,11 @@ def check(w: WindowContext) -> Detection | None:
                     and g["xmit_wait_per_gb"] >= XMIT_WAIT_RISE * base.xmit_wait_per_gb)
     if not (ecn_hot or pauses_hot or wait_hot) or not w.impact:
         return None
+    if w.has_gpu:
+        elsewhere = max(g["idle_quiet_frac"] - base.idle_quiet_frac, 0.0) + \
+            max(g["idle_saturated_frac"] - base.idle_saturated_frac, 0.0)
+        if elsewhere > OTHER_STATES_SHARE * w.excess:
+            return None
     figures = {"ecn_marks_per_gb": g["ecn_per_gb"], "pauses_received_per_s": g["pfc_rx_rate"],
                "pauses_received_per_s_per_nic": g["pfc_rx_per_nic"]}
     if wait_hot:

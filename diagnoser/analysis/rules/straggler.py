@@ -12,6 +12,11 @@ MAX_SHARE = 4  # at most one node in this many: a quarter of the job slower is n
 # quarter leaves a margin. A node that only seemed to idle less because its scrapes put part
 # of a cluster-wide stall in the next window gives it all back there.
 SPAN_GAP = STRAGGLER_GAP / 4
+# A node whose busy and idle seconds cover more or less of the window than its GPUs' time
+# (a scrape missing at the window's edge, an exporter restart: its counts moved to the next
+# window or lost) has an idle share of another span than its peers': beside a checkpoint's
+# stall it seems to idle less only by that. Such a window says nothing of its pace.
+COVERAGE_SLACK = 0.1
 
 
 def check(w: WindowContext) -> Detection | None:
@@ -23,6 +28,8 @@ def check(w: WindowContext) -> Detection | None:
     is_slow = (nw["idle_frac_z"] <= STRAGGLER_Z) & (idle <= median_idle - STRAGGLER_GAP)
     span = nw["idle_frac_span"]
     is_slow &= span.isna() | (span <= span.median() - SPAN_GAP)  # an unknown span: the window alone
+    if "coverage" in nw:
+        is_slow &= (nw["coverage"] - 1).abs() <= COVERAGE_SLACK
     if not is_slow.any():
         return None
     # A stall of the whole fabric (a storm: every GPU waits, paused) leaves no node's pace to
