@@ -18,7 +18,6 @@ python -m diagnoser.calibrate (tuning seeds only).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import subprocess
 import sys
 import tempfile
@@ -72,11 +71,9 @@ def plot(rows: list[tuple], ece: float, path: Path) -> None:
 
 def _perturbed(folder: Path, out: Path, seed: int) -> Path:
     """Every trace of `folder` under bench/perturb.py's `all`, into `out`."""
-    spec = importlib.util.spec_from_file_location("_bench_perturb", HERE / "perturb.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    from robustness import sibling  # bench/ is on the path of a bench script
+
+    module = sibling("perturb")
     out.mkdir(parents=True, exist_ok=True)
     for trace in sorted(folder.glob("*.om.gz")):
         module.perturb(trace, out / trace.name, "all", seed)

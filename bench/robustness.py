@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 NONE = "none"
 
 
-def _sibling(name: str) -> ModuleType:
+def sibling(name: str) -> ModuleType:
     """bench/NAME.py as a module (bench/ is no package): imported once, under a name of its own."""
     key = f"_bench_{name}"
     if key not in sys.modules:
@@ -53,8 +53,8 @@ def _sibling(name: str) -> ModuleType:
     return sys.modules[key]
 
 
-score_trace = _sibling("accuracy").score_trace
-_perturb = _sibling("perturb")
+score_trace = sibling("accuracy").score_trace
+_perturb = sibling("perturb")
 PERTURBATIONS: dict[str, str] = {NONE: "the trace as it is", **_perturb.PERTURBATIONS}
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from diagnoser.analysis.features import Features
 from diagnoser.analysis.rules import EXPLAINS, RULES, WAITS_IN
-from diagnoser.analysis.rules.base import SMALLEST_MSS, Baseline, Detection, WindowContext, plain
+from diagnoser.analysis.rules.base import Baseline, Detection, WindowContext, plain, tcp_share
 from diagnoser.model.findings import WindowFinding
 
 BASELINE_QUANTILE = 0.2  # the job's quieter windows: robust to incidents covering most, not all, of the range
@@ -68,7 +68,7 @@ def tcp_byte_share(node: pd.DataFrame) -> float:
     by_node = by_node[(by_node["bytes_sent"] > 0) & by_node["tcp_sent"].notna()]
     if not len(by_node):
         return float("nan")
-    return float((by_node["tcp_sent"] * SMALLEST_MSS / by_node["bytes_sent"]).median())
+    return float(tcp_share(by_node["tcp_sent"], by_node["bytes_sent"]).median())
 
 
 def windows(f: Features, base: Baseline) -> list[WindowContext]:

@@ -164,7 +164,7 @@ def compute(frame: Frame) -> Features:
     g["marks"] = by["marks"].sum(min_count=1)
     g["gb_moved"] = by["bytes_moved"].sum(min_count=1) / 1e9
     with np.errstate(all="ignore"):
-        g["loss_per_gb"] = by["rdma_loss"].sum(min_count=1) / (by["bytes_moved"].sum(min_count=1) / 1e9).replace(0, np.nan)
+        g["loss_per_gb"] = by["rdma_loss"].sum(min_count=1) / g["gb_moved"].replace(0, np.nan)
     g["retrans_ratio"] = n["tcp_retrans"].groupby(level="window").sum(min_count=1) / \
         n["tcp_sent"].groupby(level="window").sum(min_count=1).replace(0, np.nan)
     g["throttle_frac_max"] = by["throttle_frac"].max()

@@ -26,6 +26,12 @@ EXCESS_IDLE = 0.03
 SMALLEST_MSS = 1448
 
 
+def tcp_share(tcp_sent: pd.Series, bytes_sent: pd.Series) -> pd.Series:
+    """The share of the bytes sent that TCP's segments carried, at least (SMALLEST_MSS)."""
+    with np.errstate(all="ignore"):
+        return tcp_sent * SMALLEST_MSS / bytes_sent.where(bytes_sent > 0)
+
+
 @dataclass(frozen=True)
 class Baseline:
     """The job's own normal: its quieter windows (20th percentile of each cluster feature)."""

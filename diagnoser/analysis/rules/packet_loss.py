@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from diagnoser.analysis.rules import counts
-from diagnoser.analysis.rules.base import EXCESS_IDLE, SMALLEST_MSS, BottleneckClass, Detection, WindowContext
+from diagnoser.analysis.rules.base import EXCESS_IDLE, BottleneckClass, Detection, WindowContext, tcp_share
 
 # Go-back-N events per second on the lossy node: below one a second, each event costs the
 # collective a retransmitted window (tens of microseconds) and no measurable time. The bar is
@@ -63,8 +63,8 @@ def check(w: WindowContext) -> Detection | None:
     loss = counts.against_background(nw["rdma_loss"], exposure, LOCAL_RATIO, at_least=LOSS_RATE * w.step)
     rdma_local = _local(loss)
     total_loss = float(nw["rdma_loss"].sum(min_count=1)) if nw["rdma_loss"].notna().any() else float("nan")
-    moved_gb = float(nw["bytes_moved"].sum()) / 1e9
-    _, loss_p, fabric_rise = counts.job_excess(total_loss, moved_gb, base.loss_per_gb, FABRIC_RISE)
+    _, loss_p, fabric_rise = counts.job_excess(total_loss, float(g.get("gb_moved", np.nan)), base.loss_per_gb,
+                                               FABRIC_RISE)
     rdma_fabric = fabric_rise and bool(float(nw["rdma_loss"].max()) >= LOSS_RATE * w.step)
     tcp_training = bool(np.isfinite(base.tcp_byte_share) and base.tcp_byte_share >= TCP_CARRIES_TRAINING)
     tcp_local: list[str] = []
@@ -125,8 +125,7 @@ def check(w: WindowContext) -> Detection | None:
 
 
 def signature(node: pd.DataFrame) -> pd.Series:
-    with np.errstate(all="ignore"):
-        tcp_training = node["tcp_sent"] * SMALLEST_MSS / node["bytes_sent"] >= TCP_CARRIES_TRAINING
+    tcp_training = tcp_share(node["tcp_sent"], node["bytes_sent"]) >= TCP_CARRIES_TRAINING
     lossy = (node["loss_rate"] >= LOSS_RATE) | ((node["retrans_ratio"] >= RETRANS_NODE) & tcp_training)
     return lossy.groupby(level="window").any()
 
