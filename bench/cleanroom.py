@@ -1412,8 +1412,8 @@ def multijob_set() -> list[MSpec]:
         minutes=66, ratio=3.0, host_style="hgx", jobs=[
             Job("moe/mixtral-ft-a", (*range(7), *range(8, 15)), 8, pattern="a2a", step_s=1.0, comm_ratio=1.8,
                 overlap=0.15, tail=0.6, start_min=16, end_min=45, warmup_min=4),
-            Job("training/llm-dense-b", (7, 15, *range(16, 22)), 8, step_s=1.1, comm_ratio=0.6, overlap=0.3,
-                tail=0.3),
+            Job("training/llm-dense-b", (7, 15, *range(16, 22)), 8, step_s=1.1, comm_ratio=0.45, overlap=0.5,
+                tail=0.15),
             Job("research/vit-c", tuple(range(24, 30)), 8, step_s=1.0, comm_ratio=0.3)],
         faults=[MFault("network_congestion", 0, 0, job=0)]))
     s.append(MSpec(
@@ -1423,8 +1423,8 @@ def multijob_set() -> list[MSpec]:
         "untouched", 24, 8, 4, 400, "roce", topo="rail", scrape=30, minutes=60, ratio=3.0, host_style="dgx", jobs=[
             Job("moe/expert-sweep-a", (*range(6), *range(8, 14)), 8, pattern="a2a", step_s=1.0, comm_ratio=0.6,
                 overlap=0.15, tail=0.6, start_min=14, end_min=41, warmup_min=3, rails=(0,)),
-            Job("training/llm-b", (6, 7, 14, 15, 16, 17, 18, 19), 8, step_s=1.0, comm_ratio=0.6, overlap=0.3,
-                tail=0.3),
+            Job("training/llm-b", (6, 7, 14, 15, 16, 17, 18, 19), 8, step_s=1.0, comm_ratio=0.45, overlap=0.5,
+                tail=0.15),
             Job("training/rec-c", tuple(range(20, 24)), 8, step_s=0.9, comm_ratio=0.3)],
         faults=[MFault("network_congestion", 0, 0, job=0)]))
     s.append(MSpec(
@@ -1434,7 +1434,7 @@ def multijob_set() -> list[MSpec]:
         host_style="slurm", gpu_model="NVIDIA A100-SXM4-80GB", jobs=[
             Job("5104233", (*range(6), *range(8, 14)), 8, pattern="a2a", step_s=1.2, comm_ratio=1.6,
                 overlap=0.15, tail=0.6, start_min=22, end_min=47, warmup_min=4),
-            Job("5103871", (6, 7, 14, 15, 16, 17, 18, 19), 8, step_s=1.3, comm_ratio=0.6, overlap=0.3, tail=0.3),
+            Job("5103871", (6, 7, 14, 15, 16, 17, 18, 19), 8, step_s=1.3, comm_ratio=0.45, overlap=0.5, tail=0.15),
             Job("5103990", tuple(range(20, 24)), 8, step_s=1.0, comm_ratio=0.3)],
         faults=[MFault("network_congestion", 0, 0, job=0)]))
     s.append(MSpec(
@@ -1444,7 +1444,7 @@ def multijob_set() -> list[MSpec]:
         jobs=[
             Job("moe/router-a", (*range(7), *range(8, 15)), 4, pattern="a2a", step_s=0.9, comm_ratio=1.6,
                 overlap=0.15, tail=0.6, end_min=13),
-            Job("training/llm-b", (7, 15, 16, 17, 18, 19), 4, step_s=1.0, comm_ratio=0.6, overlap=0.3, tail=0.3),
+            Job("training/llm-b", (7, 15, 16, 17, 18, 19), 4, step_s=1.0, comm_ratio=0.45, overlap=0.5, tail=0.15),
             Job("training/ranker-c", (20, 21, 22, 23), 4, step_s=0.8, comm_ratio=0.3)],
         faults=[MFault("network_congestion", 0, 0, job=0), MFault("straggler", 41, 20, 0.35, node=21)]))
     s.append(MSpec(
