@@ -18,13 +18,14 @@ from diagnoser.analysis import charts
 from diagnoser.analysis.audit import audit as audit_configuration
 from diagnoser.analysis.audit import cross_reference
 from diagnoser.analysis.capacity import ModelSize, advise
-from diagnoser.analysis.classify import baseline, classify
+from diagnoser.analysis.classify import baseline, classify, fabric_level
 from diagnoser.analysis.crossjob import attribute
 from diagnoser.analysis.features import Features, compute
 from diagnoser.analysis.findings import cost, findings_of, price_findings, summary
 from diagnoser.analysis.incidents import incidents_of
 from diagnoser.analysis.jobs import Job, split, subset
 from diagnoser.analysis.nccl import annotate
+from diagnoser.analysis.phases import Change, phase_notes, phase_windows, phases_of
 from diagnoser.analysis.rules import rule
 from diagnoser.analysis.verdict import (
     missing_data,
@@ -122,19 +123,27 @@ def grafana_link(base: str, finding: Finding) -> str:
     return f"{base.rstrip('/')}/d/{uid}?{urlencode(params)}"
 
 
-def analyse(frame: Frame) -> _Diagnosis:
+def analyse(frame: Frame, changes: list[Change] | None = None,
+            fabric: tuple[float, float] = (float("nan"), float("nan")), ended: bool = False) -> _Diagnosis:
     """features -> classification -> incidents -> findings -> verdict, on one job's frame.
     A range without one whole window is not classified at all; one too short to compare
     windows is, for the classes with a signature of their own (a storm's pause rate needs
-    no baseline), but says so in its verdict where nothing is found."""
+    no baseline), but says so in its verdict where nothing is found. `changes`: where the
+    job started or its nodes changed inside the range (its phases are judged apart);
+    `fabric`: the other jobs' congestion signal (classify.fabric_level); `ended`: the job
+    ended inside the range (what lasted to its end is over, not still going on)."""
     features = compute(frame)
-    base = baseline(features)
-    held = classify(features, base) if not frame.partial else []
+    job_phases = phases_of(features, changes or [])
+    phase = frozenset(phase_windows(job_phases, features))
+    base = baseline(features, phase, fabric)
+    held = classify(features, base, phase) if not frame.partial else []
     incidents, notes = incidents_of(held, frame.step)
-    findings = findings_of(incidents, frame.has_gpus, judged_until=float(frame.windows[-1] + frame.step))
+    notes = phase_notes(job_phases) + notes
+    findings = findings_of(incidents, frame.has_gpus,
+                           judged_until=float("inf") if ended else float(frame.windows[-1] + frame.step))
     reasons = missing_data(frame, features)
     if not findings:
-        reasons += unexplained_idle(features, {w.window for w in held}, base.idle_frac)
+        reasons += unexplained_idle(features, {w.window for w in held} | phase, base.idle_frac)
     elif reasons:  # findings stand; what could not be seen goes with them as notes
         notes, reasons = notes + reasons, []
     return _Diagnosis(features, findings, notes + too_few_peers(features), verdict(findings, reasons), reasons)
@@ -160,7 +169,8 @@ def _by_job(frame: Frame, jobs: list[Job], options: Options) -> tuple[Report, di
     summaries = []
     findings: list[Finding] = []
     for job in jobs:
-        d = analyse(subset(frame, job.instances, job.start, job.end))
+        d = analyse(subset(frame, job.instances, job.start, job.end), job.changes,
+                    fabric_level(whole, job.instances), ended=job.end < frame.end - frame.step)
         per_job[job.name] = d.features
         window = summary(d.features)
         for f in d.findings:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from diagnoser.analysis.features import Features
 from diagnoser.analysis.rules import EXPLAINS, RULES, WAITS_IN
-from diagnoser.analysis.rules.base import Baseline, Detection, WindowContext, plain, tcp_share
+from diagnoser.analysis.rules.base import MIN_PEERS, Baseline, Detection, WindowContext, plain, tcp_share
 from diagnoser.model.findings import WindowFinding
 
 BASELINE_QUANTILE = 0.2  # the job's quieter windows: robust to incidents covering most, not all, of the range
@@ -22,9 +22,12 @@ MIN_CONFIDENCE, MAX_CONFIDENCE = 0.05, 0.99
 MIN_CLEAN = 1  # windows free of every class's signal that make the baseline on their own
 
 
-def baseline(f: Features) -> Baseline:
+def baseline(f: Features, phase: frozenset[float] = frozenset(),
+             fabric: tuple[float, float] = (float("nan"), float("nan"))) -> Baseline:
     """The job's own normal: its quieter windows, robust to incidents that cover most but
-    not all of the range. GPU idle is its low quantile; every other figure is its median
+    not all of the range, and outside its phases (`phase`: the windows of its start-up or
+    restart, analysis/phases.py). `fabric`: the other jobs' congestion signal (fabric_level).
+    GPU idle is its low quantile; every other figure is its median
     over the windows where GPUs idled least (where the job ran as usual), not its own low
     quantile: a storm's windows hold no idle at line rate (the links are paused), and
     would make the usual line-rate idle look like a rise."""
@@ -32,7 +35,7 @@ def baseline(f: Features) -> Baseline:
     idle = g["idle_frac"].dropna()
     # Windows where some class's own physical signal held (a storm, loss, a link down, a
     # throttle) are no part of the normal, where enough others are left to say what it is.
-    flagged = pd.Series(False, index=g.index)
+    flagged = pd.Series(g.index.isin(list(phase)), index=g.index)
     for record in RULES.values():
         if record.signature is not None and len(f.node):
             flagged |= record.signature(f.node).reindex(g.index, fill_value=False).astype(bool)
@@ -50,7 +53,36 @@ def baseline(f: Features) -> Baseline:
     idle_base = float(np.quantile(idle, BASELINE_QUANTILE)) if len(idle) else float("nan")
     return Baseline(idle_base, q("idle_saturated_frac"), q("idle_quiet_frac"), q("ecn_per_gb"),
                     q("retrans_ratio"), q("other_util_median"), q("xmit_wait_per_gb"), tcp_byte_share(f.node),
-                    q("loss_per_gb"), _top(g["util_median"]))
+                    q("loss_per_gb"), _top(g["util_median"]), *fabric)
+
+
+# The fabric's usual congestion signal: the quieter quarter of the nodes that carry training
+# traffic outside the job (a node moving a tenth of the median node's bytes carries none).
+FABRIC_QUANTILE = 0.25
+CARRIES_TRAFFIC = 0.1
+
+
+def fabric_level(whole: Features, job_nodes: list[str]) -> tuple[float, float]:
+    """(ECN marks, credit-wait ticks) per GB moved over the whole range on the other jobs'
+    nodes that carry traffic, at their quieter quarter; NaN with fewer than MIN_PEERS such
+    nodes. Where one job's traffic congests the uplinks for its whole life, its own windows
+    all look alike and its baseline is the congestion; the rest of the fabric is not."""
+    node = whole.node
+    if not len(node) or "marks" not in node:
+        return float("nan"), float("nan")
+    others = node[~node.index.get_level_values("instance").isin(job_nodes)]
+    gb = others["bytes_moved"] / 1e9
+    per = pd.DataFrame({"gb": gb, "marks": others["marks"], "wait": others["xmit_wait_per_gb"] * gb})
+    per = per.groupby(level="instance").sum(min_count=1)
+    per = per[per["gb"] > CARRIES_TRAFFIC * per["gb"].median()]
+    if len(per) < MIN_PEERS:
+        return float("nan"), float("nan")
+
+    def level(col: str) -> float:
+        rate = (per[col] / per["gb"]).dropna()
+        return float(np.quantile(rate, FABRIC_QUANTILE)) if len(rate) >= MIN_PEERS else float("nan")
+
+    return level("marks"), level("wait")
 
 
 def _top(values: pd.Series) -> float:
@@ -105,15 +137,16 @@ def _by_window(table: pd.DataFrame) -> dict[float, pd.DataFrame]:
     return {float(w): part.droplevel("window") for w, part in table.groupby(level="window", sort=False)}
 
 
-def classify(f: Features, base: Baseline) -> list[WindowFinding]:
+def classify(f: Features, base: Baseline, phase: frozenset[float] = frozenset()) -> list[WindowFinding]:
     """Every class's detections in every window, with their cost; then the markers of
-    signals that another class explained (they bridge incidents, see incidents.merge)."""
+    signals that another class explained (they bridge incidents, see incidents.merge). In
+    the windows of a phase (`phase`) only the classes with a physical signal of their own."""
     out: list[WindowFinding] = []
     suppressed: list[WindowFinding] = []
     for ctx in windows(f, base):
         found: list[WindowFinding] = []
         for name, record in RULES.items():
-            if record.needs_gpu and not ctx.has_gpu:
+            if record.needs_gpu and not ctx.has_gpu or (ctx.window in phase and record.signature is None):
                 continue
             detection = record.check(ctx)
             if detection is None:
@@ -134,9 +167,10 @@ def _finding(ctx: WindowContext, name: str, d: Detection) -> WindowFinding:
     it makes GPUs wait in."""
     g = ctx.cluster
     cost = max(ctx.excess, 0.0) * float(g["gpu_time"]) if ctx.has_gpu else float("nan")
-    state = RULES[name].waits_in
-    if ctx.has_gpu and state is not None:
-        cost = max(cost, float(np.nan_to_num(g[f"idle_{state}_frac"])) * float(g["gpu_time"]))
+    record_state = RULES[name].waits_in
+    states = d.waits_in or ((record_state,) if record_state is not None else ())
+    if ctx.has_gpu and states:
+        cost = max(cost, sum(float(np.nan_to_num(g[f"idle_{s}_frac"])) for s in states) * float(g["gpu_time"]))
     confidence = float(np.clip(d.confidence, MIN_CONFIDENCE, MAX_CONFIDENCE))
     effect = d.effect if d.effect is not None else dict.fromkeys(d.nodes, 1.0)
     return WindowFinding(ctx.window, name, list(d.nodes), list(d.devices), confidence, cost,

@@ -8,6 +8,12 @@ finding is recognised as a symptom of the cause found in the other job (the caus
 record says which classes it produces as symptoms, `explains`) over the same time: the
 cause is reported once, in the job of its source, listing the jobs that waited on it, and
 each victim job is told where its waiting came from.
+
+Congestion has no source node: one job's traffic (an all-to-all over oversubscribed
+uplinks) fills the queues that other jobs' flows cross, and every job through them sees
+marks. Where two jobs report it over the same time, the one whose traffic the fabric marks
+most per byte has most of its flows in the congested queues: its own traffic fills them.
+The finding stays with it; the other job waited on it.
 """
 
 from __future__ import annotations
@@ -21,12 +27,11 @@ SAME_TIME = 0.5  # the symptom lies at least this share of its span within the c
 def attribute(findings: list[Finding], jobs: list[JobSummary]) -> list[Finding]:
     """The findings less those that are another job's cause seen from outside; the causes
     gain `victims`, the victim jobs `waited_on` and a note, and their counts are redone."""
-    causes = [f for f in findings if f.nodes and RULES[f.cls].reaches_other_jobs]
+    causes = [f for f in findings if RULES[f.cls].reaches_other_jobs and (f.nodes or not RULES[f.cls].localised)]
     by_name = {j.name: j for j in jobs}
     kept = []
     for f in findings:
-        cause = next((c for c in causes if c.job != f.job and not f.nodes and f.cls in RULES[c.cls].explains
-                      and _within(f, c)), None)
+        cause = _root_cause(f, causes)
         if cause is None or f.job not in by_name:
             kept.append(f)
             continue
@@ -35,8 +40,9 @@ def attribute(findings: list[Finding], jobs: list[JobSummary]) -> list[Finding]:
         job = by_name[str(f.job)]
         job.waited_on.append({"job": cause.job, "class": cause.cls, "nodes": cause.nodes, "start": f.start,
                               "end": f.end, "gpu_idle_seconds": idle})
-        job.notes.append(f"its GPUs waited on a {RULES[cause.cls].title} in job {cause.job} (culprit "
-                         f"{', '.join(cause.nodes)}) over the shared fabric: seen here as {f.cls}, reported there")
+        culprit = f" (culprit {', '.join(cause.nodes)})" if cause.nodes else ""
+        job.notes.append(f"its GPUs waited on a {RULES[cause.cls].title} in job {cause.job}{culprit} over the "
+                         f"shared fabric: seen here as {f.cls}, reported there")
     for job in jobs:
         own = [f for f in kept if f.job == job.name]
         job.findings = len(own)
@@ -44,6 +50,32 @@ def attribute(findings: list[Finding], jobs: list[JobSummary]) -> list[Finding]:
         if job.waited_on:
             job.verdict, job.inconclusive_reasons = FINDINGS, []
     return kept
+
+
+def _root_cause(f: Finding, causes: list[Finding]) -> Finding | None:
+    """The other job's finding that explains `f`, followed to the one nothing explains (a
+    job that saw a storm as congestion is no cause for a third job's congestion: the storm
+    is). Causes that name their source come first."""
+    cause, seen = None, {id(f)}
+    while True:
+        explaining = next((c for c in sorted(causes, key=lambda c: not c.nodes) if id(c) not in seen
+                           and c.job != f.job and not f.nodes and _within(f, c) and _explains(c, f)), None)
+        if explaining is None:
+            return cause
+        cause = f = explaining
+        seen.add(id(f))
+
+
+def _explains(cause: Finding, symptom: Finding) -> bool:
+    if symptom.cls in RULES[cause.cls].explains:
+        return True
+    # The same congestion seen from two jobs: it is the cause where its traffic is marked more.
+    return symptom.cls == cause.cls == "network_congestion" and _marks(cause) > _marks(symptom)
+
+
+def _marks(f: Finding) -> float:
+    value = f.evidence.get("ecn_marks_per_gb")
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def _within(symptom: Finding, cause: Finding) -> bool:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from diagnoser.analysis.phases import Change
 from diagnoser.model.frame import FINE, Frame
 from gpunet import contract as c
 
@@ -62,6 +63,9 @@ class Job:
     end: float
     how: str  # the workload source (kubernetes, slurm, process), or "behaviour"
     notes: list[str] = field(default_factory=list)
+    # Where the job started, or a node joined or left it, inside the range (its workload
+    # series tell): the phases that follow are judged apart (analysis/phases.py).
+    changes: list[Change] = field(default_factory=list)
 
 
 def split(frame: Frame) -> list[Job]:
@@ -111,10 +115,24 @@ def _attributed(frame: Frame) -> tuple[list[Job], set[str], list[str]]:
     jobs = []
     for name in sorted(set(owner.values())):
         nodes = sorted(i for i, j in owner.items() if j == name)
-        w = wl.loc[(wl["job"] == name) & wl["instance"].isin(nodes), "window"]
-        jobs.append(Job(name, nodes, max(frame.start, float(w.min())), min(frame.end, float(w.max()) + frame.step),
-                        source[name]))
+        w = wl.loc[(wl["job"] == name) & wl["instance"].isin(nodes), ["instance", "window"]]
+        start, end = max(frame.start, float(w["window"].min())), min(frame.end, float(w["window"].max()) + frame.step)
+        jobs.append(Job(name, nodes, start, end, source[name], changes=_changes(frame, w)))
     return jobs, set(owner), notes
+
+
+def _changes(frame: Frame, held: pd.DataFrame) -> list[Change]:
+    """The job's start and end inside the range (its workload absent from the range's first
+    or last window), and the nodes that joined after it started or left before it ended
+    (`held`: the job's (instance, window) rows)."""
+    span = held.groupby("instance")["window"].agg(["min", "max"])
+    first, last = float(span["min"].min()), float(span["max"].max())
+    out = [Change(first, "the job started")] if len(frame.windows) and first > float(frame.windows[0]) else []
+    out += [Change(float(t), f"{i} joined") for i, t in span["min"].items() if t > first + frame.step]
+    out += [Change(float(t) + frame.step, f"{i} left") for i, t in span["max"].items() if t < last - frame.step]
+    if len(frame.windows) and last < float(frame.windows[-1]):
+        out.append(Change(last + frame.step, "the job ended", before=True))
+    return sorted(out, key=lambda c: c.at)
 
 
 def _attach(frame: Frame, jobs: list[Job], rest: list[str]) -> list[str]:

@@ -84,9 +84,10 @@ def _job(job: JobSummary, findings: list[Finding], h2: str, h3: str) -> list[str
     else:
         lines += _verdict(job.verdict, job.inconclusive_reasons, len(findings), h3)
     for w in job.waited_on:
-        lines += [f"{INDENT}- waited on job {w['job']}'s {w['class']} (culprit {', '.join(w['nodes'])}) "
-                  f"{rfc3339(w['start'])} .. {rfc3339(w['end'])}: {figure(w['gpu_idle_seconds'] or 0.0)} GPU-seconds "
-                  "idle; see that job's finding", ""]
+        culprit = f" (culprit {', '.join(w['nodes'])})" if w["nodes"] else ""
+        lines += [f"{INDENT}- waited on job {w['job']}'s {w['class']}{culprit} {rfc3339(w['start'])} .. "
+                  f"{rfc3339(w['end'])}: {(w['gpu_idle_seconds'] or 0.0) / 3600:.1f} GPU-hours idle; see that job's "
+                  "finding", ""]
     lines += _findings(findings, h3, job.cost)
     lines += _capacity(job.capacity, h3) + _cost(job.cost, h3, "Cost")
     while lines[-1] == "":
@@ -111,6 +112,10 @@ def _findings(findings: list[Finding], h: str, cost: Cost | None) -> list[str]:
     return lines
 
 
+def _victims(victims: list[dict]) -> str:
+    return ", ".join(f"{v['job']} ({(v['gpu_idle_seconds'] or 0.0) / 3600:.1f} GPU-hours idle)" for v in victims)
+
+
 def finding_lines(f: Finding, n: int, h: str = "", currency: str = "") -> list[str]:
     minutes = (f.end - f.start) / 60
     if f.gpu_idle_seconds is not None:
@@ -122,7 +127,7 @@ def finding_lines(f: Finding, n: int, h: str = "", currency: str = "") -> list[s
     if f.cost is not None:
         impact += f" (= {_money(f.cost, currency)})"
     lines = [f"{h}{n}. {f.title} ({f.cls}), confidence {f.confidence:.2f}"
-             + (f"; other jobs waited on it: {', '.join(str(v['job']) for v in f.victims)}" if f.victims else ""),
+             + (f"; other jobs waited on it: {_victims(f.victims)}" if f.victims else ""),
              f"{INDENT}{rfc3339(f.start)} .. {rfc3339(f.end)} ({minutes:.0f} min"
              f"{', still going on' if f.ongoing else ''}), {impact}"]
     if f.nodes:

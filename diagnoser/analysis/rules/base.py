@@ -51,6 +51,12 @@ class Baseline:
     # The median node's fabric load at its best (the 90th percentile of the windows): loss
     # that costs the job time costs it throughput too, so a lossy window must fall below it.
     util_top: float = float("nan")
+    # The rest of the fabric's usual congestion signal (ECN marks, and InfiniBand's credit
+    # wait, per GB moved) where other jobs share it (classify.fabric_level): a job congested
+    # all its life has its congestion for a baseline, and only the fabric's shows it. NaN
+    # where the job is alone.
+    fabric_ecn_per_gb: float = float("nan")
+    fabric_xmit_wait_per_gb: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,10 @@ class Detection:
     # How much of the effect each culprit carries, in the rule's own figure (pauses sent,
     # loss events, throttled share...): an incident ranks its culprits by it. None: equal.
     effect: dict[str, float] | None = None
+    # Where the condition held against no baseline of the job's own (it lasted the job's
+    # whole life): the network states whose GPU idle the finding costs at least (the
+    # record's `waits_in` otherwise).
+    waits_in: tuple[str, ...] = ()
 
 
 @dataclass

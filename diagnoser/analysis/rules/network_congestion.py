@@ -29,12 +29,41 @@ XMIT_WAIT_RISE = 10.0
 # bandwidth) or with the wire quiet (the host: a checkpoint, the data loader), marks that a
 # busy fabric always makes did not cause it, however many there are.
 OTHER_STATES_SHARE = 0.5
+# A job congested all its life (an all-to-all over oversubscribed uplinks, from its first
+# step to its last) has the congestion for its baseline: no window rises above it. Against
+# the rest of the fabric it shows (Baseline.fabric_*: the other jobs' nodes): marks or credit
+# wait per GB ten times theirs, the marks passing the count test against their rate, with
+# a good part of GPU time idle while its links move below line rate or stand paused (the
+# same absolute bar as network_bandwidth's idle at line rate).
+FABRIC_RISE = 10.0
+CONGESTED_IDLE = 0.10
+
+
+def congested_all_along(w: WindowContext) -> bool:
+    g, base = w.cluster, w.baseline
+    waiting = float(np.nan_to_num(g["idle_active_frac"] + g["idle_paused_frac"]))
+    if not (w.has_gpu and waiting >= CONGESTED_IDLE and waiting >= (1 - OTHER_STATES_SHARE) * g["idle_frac"]):
+        return False
+    fabric_ecn, fabric_wait = base.fabric_ecn_per_gb, base.fabric_xmit_wait_per_gb
+    marks, moved = float(g.get("marks", np.nan)), float(g.get("gb_moved", np.nan))
+    ecn = bool(np.isfinite(fabric_ecn) and g["ecn_per_gb"] >= max(ECN_PER_GB, FABRIC_RISE * fabric_ecn)
+               and counts.job_excess(marks, moved, fabric_ecn, FABRIC_RISE)[2])
+    wait = bool(np.isfinite(fabric_wait) and fabric_wait > 0 and g["xmit_wait_per_gb"] >= FABRIC_RISE * fabric_wait)
+    return ecn or wait
 
 
 def check(w: WindowContext) -> Detection | None:
     if "pfc_storm" in w.found:  # the storm's victims receive pauses: they are its symptom
         return None
     g, base = w.cluster, w.baseline
+    if not w.impact and congested_all_along(w):
+        return Detection([], [], 0.9, {
+            "ecn_marks_per_gb": g["ecn_per_gb"], "fabric_ecn_marks_per_gb": base.fabric_ecn_per_gb,
+            "credit_wait_per_gb_times_fabric": g["xmit_wait_per_gb"] / base.fabric_xmit_wait_per_gb
+            if base.fabric_xmit_wait_per_gb > 0 else None,
+            "link_utilisation": g["util_median"],
+            "gpu_idle_active_or_paused": g["idle_active_frac"] + g["idle_paused_frac"], "gpu_idle": g["idle_frac"]},
+            waits_in=("active", "paused"))
     ecn_hot = bool((g["ecn_per_gb"] >= ECN_PER_GB) or (
         np.isfinite(base.ecn_per_gb) and base.ecn_per_gb > 0 and g["ecn_per_gb"] >= ECN_RISE * base.ecn_per_gb))
     # ... and as a count: a handful of marks over the few megabytes of a stalled window is a
@@ -84,4 +113,6 @@ RULE = BottleneckClass(
     # follow the marks and pauses are congestion's symptom, not a cause beside it (a link that
     # corrupts frames is the exception, and packet_loss keeps it).
     explains=frozenset({"packet_loss"}),
+    # One job's traffic filling the shared uplinks slows every job whose flows cross them.
+    reaches_other_jobs=True,
 )
