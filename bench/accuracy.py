@@ -1,16 +1,18 @@
 """Accuracy of the diagnoser on traces it was not tuned on, over shifted windows: the
 project's own simulator and the clean-room generator, side by side.
 
-    python bench/accuracy.py                 # both generators' held-out sets (seed 2000)
+    python bench/accuracy.py                 # the held-out sets (seed 2000), a column each
     python bench/accuracy.py --seed 3000     # other sets
     python bench/accuracy.py DIR [DIR ...]   # traces with .labels.json in each DIR (replay_data/, ...)
     python bench/accuracy.py --offsets 30    # 30 windows per length (default 8)
 
-The two generated sets: the simulator's evaluation suite (`python -m gpunet.simulate.suite
---evaluation DIR --seed SEED`) and bench/cleanroom.py's full set (`python bench/cleanroom.py
+The generated sets: the simulator's evaluation suite (`python -m gpunet.simulate.suite
+--evaluation DIR --seed SEED`), bench/cleanroom.py's full set (`python bench/cleanroom.py
 DIR --set full --seed SEED`), a generator written from the public docs alone, with its own
-step, traffic and noise models. Thresholds were tuned on replay_data/ and the sets of seed
-1000; seed 2000 and later are the measurement.
+step, traffic and noise models, and the same generator's multi-job set (`--set multijob`:
+several jobs on spine-leaf and rail fabrics, faults that cross jobs, jobs starting, ending
+and replacing nodes, one cluster of 512 nodes). Thresholds were tuned on replay_data/ and
+the sets of seed 1000; seed 2000 and later are the measurement.
 
 Each trace is read once and diagnosed over windows of 15 min, 30 min, 1 h and 3 h whose
 start (or, beyond the trace's length, whose end) moves by 29 s at a time: every window
@@ -59,6 +61,11 @@ def cleanroom_set(folder: Path, seed: int) -> None:
                    check=True, stdout=subprocess.DEVNULL)
 
 
+def multijob_set(folder: Path, seed: int) -> None:
+    subprocess.run([sys.executable, str(HERE / "cleanroom.py"), str(folder), "--set", "multijob", "--seed", str(seed)],
+                   check=True, stdout=subprocess.DEVNULL)
+
+
 def score_folder(folder: Path, offsets: int) -> tuple[Score, int, int, float]:
     """(score, traces, windows, seconds) of every labelled trace under `folder`."""
     score, started, traces, windows = Score(), time.perf_counter(), 0, 0
@@ -100,7 +107,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         sets = {str(d): Path(d) for d in args.dirs}
         if not sets:
-            for name, make in (("own simulator", own_suite), ("clean-room", cleanroom_set)):
+            for name, make in (("own simulator", own_suite), ("clean-room", cleanroom_set),
+                               ("multi-job", multijob_set)):
                 folder = Path(tmp) / name.replace(" ", "-")
                 print(f"generating the {name} set, seed {args.seed} ...", file=sys.stderr)
                 make(folder, args.seed)

@@ -1521,7 +1521,7 @@ def multijob_set() -> list[MSpec]:
 
 
 def multijob_guard_set() -> list[MSpec]:
-    """Three short, small multi-job traces for a regression test."""
+    """Four short, small multi-job traces for a regression test."""
     return [
         MSpec("mjg_churn_healthy", "healthy: job A ends at min 9, job B starts on the same nodes at min 12; job C "
               "throughout", 12, 4, 2, 200, "roce", per_switch=6, scrape=15, minutes=25, restarts=0, jobs=[
@@ -1538,6 +1538,14 @@ def multijob_guard_set() -> list[MSpec]:
                   Job("training/llm-a", tuple(range(6)), 4),
                   Job("training/vision-b", tuple(range(6, 12)), 4, step_s=0.9)],
               faults=[MFault("pfc_storm", 10, 5, 1.0, node=1, nic=0)]),
+        MSpec("mjg_a2a_congestion", "all-to-all job A (min 5-20) loads the 3:1 uplinks of leaves 0-1; job B's "
+              "ring crosses them; job C inside leaf 2 untouched", 16, 4, 2, 200, "roce", per_switch=6, scrape=15,
+              minutes=25, ratio=3.0, restarts=0, host_style="rack", jobs=[
+                  Job("moe/a2a-a", (0, 1, 2, 3, 6, 7, 8, 9), 4, pattern="a2a", step_s=1.0, comm_ratio=1.8,
+                      overlap=0.15, tail=0.6, start_min=5, end_min=20, warmup_min=2),
+                  Job("training/ring-b", (4, 5, 10, 11), 4, step_s=1.1, comm_ratio=0.45, overlap=0.5, tail=0.15),
+                  Job("research/c", (12, 13, 14, 15), 4, step_s=1.0, comm_ratio=0.3)],
+              faults=[MFault("network_congestion", 0, 0, job=0)]),
     ]
 
 

@@ -101,20 +101,27 @@ def _attributed(frame: Frame) -> tuple[list[Job], set[str], list[str]]:
         if dup or not names[k]:
             names[k] = k.strip("/") or "(no name)"
     wl = wl.assign(job=key.map(names))
-    held = wl.groupby(["instance", "job"]).size()  # GPU-windows
-    owner: dict[str, str] = {}
+    held = wl.groupby(["instance", "job"])["window"].agg(["size", "min", "max"])  # GPU-windows, first, last
+    owner: dict[str, list[str]] = {}
     notes = []
     for instance, per_job in held.groupby(level="instance"):
-        per_job = per_job.droplevel("instance").sort_values(ascending=False, kind="stable")
-        owner[instance] = per_job.index[0]
-        if len(per_job) > 1:
-            others = ", ".join(f"{j} ({n})" for j, n in per_job.iloc[1:].items())
-            notes.append(f"{instance} is shared: {per_job.index[0]} holds most of its GPU time "
-                         f"({per_job.iloc[0]} GPU-windows) and the node is diagnosed with it; also {others}")
+        per_job = per_job.droplevel("instance").sort_values("size", ascending=False, kind="stable")
+        owner[instance] = [str(per_job.index[0])]
+        for name, row in per_job.iloc[1:].iterrows():
+            # One job after another on the node (a job ended, the next started): the node
+            # belongs to each in its own time. Two at once: to the one holding most of it.
+            apart = all(row["min"] > other["max"] + frame.step / 2 or row["max"] < other["min"] - frame.step / 2
+                        for other_name, other in per_job.iterrows() if other_name in owner[instance])
+            if apart:
+                owner[instance].append(str(name))
+            else:
+                notes.append(f"{instance} is shared: {per_job.index[0]} holds most of its GPU time "
+                             f"({per_job['size'].iloc[0]} GPU-windows) and the node is diagnosed with it; also "
+                             f"{name} ({row['size']})")
     source = wl.groupby("job")["source"].agg(lambda s: ",".join(sorted(set(s) - {""})) or "workload")
     jobs = []
-    for name in sorted(set(owner.values())):
-        nodes = sorted(i for i, j in owner.items() if j == name)
+    for name in sorted({j for names in owner.values() for j in names}):
+        nodes = sorted(i for i, names in owner.items() if name in names)
         w = wl.loc[(wl["job"] == name) & wl["instance"].isin(nodes), ["instance", "window"]]
         start, end = max(frame.start, float(w["window"].min())), min(frame.end, float(w["window"].max()) + frame.step)
         jobs.append(Job(name, nodes, start, end, source[name], changes=_changes(frame, w)))
