@@ -36,12 +36,16 @@ def bench_module(name: str) -> ModuleType:
     return sys.modules[key]
 
 
-@pytest.fixture(scope="module")
-def guard_set(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("cleanroom-guard")
-    subprocess.run([sys.executable, str(BENCH / "cleanroom.py"), str(folder), "--set", "guard", "--seed", "7"],
+def generated(tmp_path_factory, set_name: str) -> Path:
+    folder = tmp_path_factory.mktemp(f"cleanroom-{set_name}")
+    subprocess.run([sys.executable, str(BENCH / "cleanroom.py"), str(folder), "--set", set_name, "--seed", "7"],
                    check=True, stdout=subprocess.DEVNULL, timeout=120)
     return folder
+
+
+@pytest.fixture(scope="module")
+def guard_set(tmp_path_factory) -> Path:
+    return generated(tmp_path_factory, "guard")
 
 
 def score(traces: list[Path]) -> Score:
@@ -80,10 +84,7 @@ def test_the_clean_room_guard_set_perturbed_is_diagnosed_as_labelled(guard_set, 
 # congesting the uplinks another job's ring crosses.
 @pytest.fixture(scope="module")
 def multijob_guard_set(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("cleanroom-multijob-guard")
-    subprocess.run([sys.executable, str(BENCH / "cleanroom.py"), str(folder), "--set", "multijob-guard", "--seed", "7"],
-                   check=True, stdout=subprocess.DEVNULL, timeout=120)
-    return folder
+    return generated(tmp_path_factory, "multijob-guard")
 
 
 def test_the_multijob_guard_set_is_diagnosed_as_labelled(multijob_guard_set):

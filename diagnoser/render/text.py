@@ -120,6 +120,9 @@ def finding_lines(f: Finding, n: int, h: str = "", currency: str = "") -> list[s
     minutes = (f.end - f.start) / 60
     if f.gpu_idle_seconds is not None:
         impact = f"{f.gpu_idle_seconds / 3600:.1f} GPU-hours idle"
+    elif f.victims:  # a source without GPUs (a storage node): what it cost is the other jobs' idle
+        impact = (f"{sum(v['gpu_idle_seconds'] or 0.0 for v in f.victims) / 3600:.1f} GPU-hours idle in the jobs "
+                  "that waited on it")
     elif "nccl_bus_bandwidth" in f.evidence:
         impact = "GPU impact not measured (NCCL figures only)"
     else:
