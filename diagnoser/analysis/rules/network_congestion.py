@@ -33,10 +33,13 @@ OTHER_STATES_SHARE = 0.5
 # step to its last) has the congestion for its baseline: no window rises above it. Against
 # the rest of the fabric it shows (Baseline.fabric_*: the other jobs' nodes): marks or credit
 # wait per GB ten times theirs, the marks passing the count test against their rate, with
-# a good part of GPU time idle while its links move below line rate or stand paused (the
-# same absolute bar as network_bandwidth's idle at line rate).
+# a fifth of GPU time idle while its links move below line rate or stand paused. Twice the
+# bar of network_bandwidth's idle at line rate: with no baseline of its own, the wait must
+# stand clear of the exposed all-reduce a healthy job always has (up to a tenth of its time,
+# also below line rate between bursts), whose background marks a busy DCQCN fabric can
+# raise to the absolute bar where the rest of the fabric (a job inside one leaf) has none.
 FABRIC_RISE = 10.0
-CONGESTED_IDLE = 0.10
+CONGESTED_IDLE = 0.20
 
 
 def congested_all_along(w: WindowContext) -> bool:
