@@ -36,7 +36,13 @@ def attribute(findings: list[Finding], jobs: list[JobSummary]) -> list[Finding]:
             kept.append(f)
             continue
         idle = f.gpu_idle_seconds
-        cause.victims.append({"job": f.job, "seen_as": f.cls, "start": f.start, "end": f.end, "gpu_idle_seconds": idle})
+        listed = next((v for v in cause.victims if v["job"] == f.job), None)
+        if listed is None:
+            cause.victims.append({"job": f.job, "seen_as": f.cls, "start": f.start, "end": f.end,
+                                  "gpu_idle_seconds": idle})
+        else:  # the same job hurt in several stretches of the cause: one entry, its idle summed
+            listed.update(start=min(listed["start"], f.start), end=max(listed["end"], f.end),
+                          gpu_idle_seconds=(listed["gpu_idle_seconds"] or 0.0) + (idle or 0.0))
         job = by_name[str(f.job)]
         job.waited_on.append({"job": cause.job, "class": cause.cls, "nodes": cause.nodes, "start": f.start,
                               "end": f.end, "gpu_idle_seconds": idle})
@@ -69,8 +75,9 @@ def _root_cause(f: Finding, causes: list[Finding]) -> Finding | None:
 def _explains(cause: Finding, symptom: Finding) -> bool:
     if symptom.cls in RULES[cause.cls].explains:
         return True
-    # The same congestion seen from two jobs: it is the cause where its traffic is marked more.
-    return symptom.cls == cause.cls == "network_congestion" and _marks(cause) > _marks(symptom)
+    # The same fabric-wide condition (congestion: no culprit node) seen from two jobs: it is
+    # the cause where its traffic is marked more.
+    return symptom.cls == cause.cls and not RULES[cause.cls].localised and _marks(cause) > _marks(symptom)
 
 
 def _marks(f: Finding) -> float:
