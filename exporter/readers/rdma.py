@@ -112,16 +112,37 @@ def counter_path(port: RdmaPort, group: str, name: str) -> str:
     return f"{port.base}/{group}/{name}"
 
 
+def is_placeholder(text: str) -> bool:
+    """Whether a counter file's text says the driver has no such counter. Older kernels make
+    counters/ for every port and print ``N/A (no PMA)`` in each of its files when the driver
+    has no PMA (no ``process_mad``: i40iw, the iWARP driver of node_exporter's issue 966 and
+    fixture); newer ones leave counters/ out. A bare ``N/A`` or nothing at all says the same."""
+    text = text.strip()
+    return not text or text.startswith("N/A")
+
+
+def _holds_placeholder(root: Root, rel: str) -> bool:
+    # Read again only for a counter that did not read as an integer, which is rare but for
+    # the ports of such drivers: two reads of a kept-open attribute there.
+    try:
+        return is_placeholder(root.read_text(rel))
+    except SourceError:
+        return False
+
+
 def read_counters(root: Root, port: RdmaPort, group: str, names: tuple[str, ...],
                   errors: list[SourceError]) -> dict[str, int]:
-    """The named counters of one group that exist; malformed ones are reported and skipped."""
+    """The named counters of one group that exist. A counter whose file is absent or holds
+    a driver's placeholder (is_placeholder) is absent: no value and no error (drivers differ).
+    Malformed ones are reported and skipped."""
     out = {}
     base = f"{port.base}/{group}/"
     for name in names:
         try:
-            value = root.read_int_if_present(base + name)  # absent counters are normal: drivers differ
+            value = root.read_int_if_present(base + name)
         except SourceError as e:
-            errors.append(e)
+            if not _holds_placeholder(root, base + name):
+                errors.append(e)
             continue
         if value is not None:
             out[name] = value
