@@ -328,6 +328,22 @@ class Exporter:
                 raise AssertionError(f"exporter: no {what} after {timeout}s; last status {scrape.status}")
             time.sleep(0.1)
 
+    def wait_ticks(self, fast: int = 0, slow: int = 0, timeout: float = 30.0) -> Scrape:
+        """A scrape once `fast` fast ticks and `slow` slow ticks have begun after this call and
+        ended: the exporter's own count (gpunet_exporter_ticks_total), not wall time, so a
+        loaded machine waits longer rather than seeing fewer ticks. A tick is counted as it
+        begins, and a body is rendered again only at a tick's publish, so the count in a
+        scrape now may leave out one tick already begun: n + 2 past it means n whole ticks
+        that began after this call (a fast tick's interval reaches back to the tick before it,
+        so of n fast ticks, n - 1 are wholly after this call)."""
+        def count(scrape: Scrape, tick: str) -> float:
+            return scrape.get("gpunet_exporter_ticks_total", tick=tick) or 0.0
+
+        mark = self.wait_for(lambda s: True, what="a scrape")
+        want = {tick: count(mark, tick) + n + 2 for tick, n in (("fast", fast), ("slow", slow)) if n}
+        return self.wait_for(lambda s: all(count(s, tick) >= n for tick, n in want.items()), timeout=timeout,
+                             what=f"{fast} fast and {slow} slow ticks")
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             kill_pids([self.proc.pid])

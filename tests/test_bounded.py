@@ -98,7 +98,8 @@ def test_a_scheduled_tick_goes_on_on_a_fresh_worker_and_the_abandoned_one_does_n
     assert all(name != first_worker for name, _ in ticks[count:])
     by_first_worker = after_the_call.count(first_worker)
     release.set()  # the abandoned worker's call returns: it must not go on with its tick
-    time.sleep(0.1)
+    # It unwound (its thread ended) rather than going on: nothing more can come from it.
+    wait_until(lambda: first_worker not in {t.name for t in threading.enumerate()})
     assert after_the_call.count(first_worker) == by_first_worker
     assert lane.replaced == 1
 
@@ -181,16 +182,18 @@ def test_a_hung_inner_call_costs_its_own_key_even_when_the_watchdog_looks_late(p
 def test_a_caller_waiting_on_a_hung_job_is_told_when_the_lane_closes(parts):
     lane, calls, release = parts.lane("test-closed"), parts.calls("test-closed-calls"), parts.release
     outcome: list[object] = []
+    in_call = threading.Event()
 
     def wait_for_job() -> None:
         try:
-            outcome.append(lane.call(lambda: calls.run({"stuck": lambda: release.wait(10)}, timeout=0.2)))
+            outcome.append(lane.call(lambda: calls.run({"stuck": lambda: in_call.set() or release.wait(10)},
+                                                       timeout=0.2)))
         except RuntimeError as e:
             outcome.append(e)
 
     waiter = threading.Thread(target=wait_for_job)
     waiter.start()
-    time.sleep(0.05)  # the job is in its call, within its limit
+    assert in_call.wait(5.0)  # the job is in its call, within its limit
     lane.close()
     waiter.join(2.0)
     assert not waiter.is_alive(), "the caller still waits for a job nobody will run"

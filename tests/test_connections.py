@@ -22,9 +22,24 @@ HALF_SENT = b"GET /metrics HTTP/1.1\r\nHost: x\r\n"  # no blank line: the header
 
 
 def refused(url: str, reason: str) -> float:
-    body = http_get(url + "/metrics")[2].decode()
+    return refused_in(http_get(url + "/metrics")[2].decode(), reason)
+
+
+def refused_in(body: str, reason: str) -> float:
     return next(s.value for f in text_string_to_metric_families(body) for s in f.samples
                 if s.name == "gpunet_exporter_http_refused_total" and s.labels["reason"] == reason)
+
+
+def accept_queue(port: int) -> int | None:
+    """Connections waiting in the accept queue of the socket listening on 127.0.0.1:port (for
+    a listening socket, /proc/net/tcp's rx_queue is that queue's length); None: no such socket."""
+    local = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == local and fields[3] == "0A":  # TCP_LISTEN
+                return int(fields[4].split(":")[1], 16)
+    return None
 
 
 def closed_within(sock: socket.socket, seconds: float) -> float | None:
@@ -95,13 +110,14 @@ def test_idle_connections_are_closed(exporter):
 def test_connections_past_the_cap_are_closed_and_counted(exporter):
     proc, url, port = exporter("--web.max-connections", "4", "--web.idle-timeout", "30")
     held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
-    time.sleep(0.2)
+    wait_for(lambda: accept_queue(port) == 0, what="the server took the 4 connections")
     with socket.create_connection(("127.0.0.1", port)) as extra:
-        assert closed_within(extra, 2) is not None
+        assert closed_within(extra, 10) is not None  # held open, it would last the 30 s idle timeout
     for s in held[:2]:
         s.close()
-    time.sleep(0.2)
-    assert refused(url, "connection_limit") >= 1
+    # Once the server saw two go, a scrape gets through (one turned away is an OSError, and
+    # counted too); the count goes out with the next tick's body.
+    wait_for(lambda: refused(url, "connection_limit") >= 1, what="connection_limit counted in a scrape")
     for s in held[2:]:
         s.close()
 
@@ -120,8 +136,11 @@ def test_a_connection_flood_under_a_low_file_limit_starves_nothing(exporter):
             flood.append(s)
         except OSError:
             pass
-    time.sleep(3.0)
-    status, _, body = http_get(url + "/metrics")
+    # The header timeout (2 s) cuts the flood; then a scrape gets through again (one turned
+    # away at the cap is an OSError) and shows the connections it cut.
+    status, _, body = wait_for(lambda: (r := http_get(url + "/metrics"))[0] == 200
+                               and refused_in(r[2].decode(), "header_timeout") >= 40 and r,
+                               timeout=30, what="a scrape after the header timeout cut the flood")
     for s in flood:
         s.close()
     assert status == 200
@@ -160,13 +179,16 @@ async def test_clients_that_never_read_hold_one_chunk_and_are_cut():
             await asyncio.get_running_loop().sock_connect(s, ("127.0.0.1", port))
             s.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             clients.append(s)
-        await asyncio.sleep(1.0)
-        held = [w.transport.get_write_buffer_size() for w in connections._open.values() if w.transport]
-        assert len(held) == 20
-        assert max(held) <= 2 * WRITE_CHUNK + 65536, held  # one chunk waiting, one in the transport
-        await asyncio.sleep(1.5)
-        assert len(connections) == 0
+        # Each client is served (an 8 MB render) and cut in turn; under load the last ones may
+        # start after the first are cut, so the buffers are watched until all 20 are gone.
+        most_held, deadline = 0, time.monotonic() + 60
+        while registry._refused["write_timeout"] < 20 and time.monotonic() < deadline:
+            held = [w.transport.get_write_buffer_size() for w in connections._open.values() if w.transport]
+            most_held = max([most_held, *held])
+            await asyncio.sleep(0.05)
         assert registry._refused["write_timeout"] == 20
+        assert 0 < most_held <= 2 * WRITE_CHUNK + 65536, most_held  # one chunk waiting, one in the transport
+        assert len(connections) == 0
     finally:
         for s in clients:
             s.close()

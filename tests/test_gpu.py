@@ -7,6 +7,7 @@ import time
 
 import pytest
 from exporter_harness import Node
+from procs import wait_for
 from test_fixture_nodes import ethtool, set_ethtool
 
 from exporter.inventory import InventoryOptions
@@ -154,7 +155,9 @@ def test_a_hung_nvml_call_never_blocks_the_tick(node_copy):
     set_gpu(root, 2, hang_seconds=None)
     node.tick(slow=False)  # the hung call is still running: GPU 2 still down, nothing piles up
     assert node.value("gpunet_gpu_up", gpu="2") == 0.0
-    time.sleep(1.6)
+    # Once the hung call returned (its key is no longer set aside), the next tick reads GPU 2 again.
+    calls = node.sampler.collector("gpu").calls
+    wait_for(lambda: not calls._stuck, what="the hung NVML call to return")
     node.tick(slow=False)
     assert node.value("gpunet_gpu_up", gpu="2") == 1.0
 

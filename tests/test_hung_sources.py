@@ -28,6 +28,10 @@ def busy(v: dict) -> float:
     return sum(value for (name, _), value in v.items() if name == "gpunet_gpu_busy_seconds_total")
 
 
+def ticks(v: dict, tick: str) -> float:
+    return v.get(("gpunet_exporter_ticks_total", (("tick", tick),)), 0.0)
+
+
 def node_with_fifo(tmp_path, relative: str):
     root = tmp_path / "node"
     shutil.copytree(FIXTURES / "h100-8gpu", root)  # its links into roce-mlx5 copied as files
@@ -56,8 +60,10 @@ def test_a_hung_read_costs_its_collector_only(tmp_path, relative, hung):
         assert time.monotonic() - started < 8, "the first tick waited on the hung source"
         first = wait_for(lambda: (v := values(url)) and all(up(v, c) == 0 for c in hung) and up(v, "gpu") == 1 and v,
                          what=f"{hung} reported down")
-        time.sleep(1.0)
-        second = values(url)
+        # Two slow ticks and a few fast ones more (begun after `first`, and ended: a tick is
+        # counted as it begins, and `first` may leave out one already begun), whatever the load.
+        second = wait_for(lambda: (v := values(url)) and ticks(v, "slow") >= ticks(first, "slow") + 4
+                          and ticks(v, "fast") >= ticks(first, "fast") + 5 and v, what="more ticks after the first scrape")
         assert busy(second) > busy(first), "the GPUs' fast-tick counters froze"
         collectors = {dict(labels)["collector"]: value for (name, labels), value in second.items()
                       if name == "gpunet_exporter_collector_up"}

@@ -26,6 +26,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns as nx  # noqa: E402
+from procs import wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.netns,
               pytest.mark.skipif(nx.why_not_runnable() is not None, reason=nx.why_not_runnable() or "")]
@@ -65,6 +66,20 @@ def pct(a: float, b: float) -> float:
     return 100.0 * (a - b) / b
 
 
+def nothing_left_for_b(lab) -> bool:
+    """A sends B nothing more: each of A's TCP sockets to B is gone or done sending (TIME-WAIT,
+    or FIN-WAIT-2: its FIN acknowledged), so nothing is left to retransmit, and the shaper's
+    queue on gva is empty."""
+    sockets = lab.a.run(["ss", "-Htan", "dst", nx.ADDR_B]).stdout.splitlines()
+    qdisc = lab.a.run(["tc", "-s", "qdisc", "show", "dev", DEV]).stdout
+    return {line.split()[0] for line in sockets if line.strip()} <= {"TIME-WAIT", "FIN-WAIT-2"} \
+        and " backlog 0b 0p" in qdisc
+
+
+def wait_sent(lab) -> None:
+    wait_for(lambda: nothing_left_for_b(lab), timeout=30, what="A's sockets to B done and gva's queue drained")
+
+
 def test_bytes_and_saturation(lab, exporter):
     before = exporter.scrape()
     kernel_before = lab.tx_bytes()
@@ -73,19 +88,17 @@ def test_bytes_and_saturation(lab, exporter):
     sent_bytes = result["end"]["sum_sent"]["bytes"]
     received_bytes = result["end"]["sum_received"]["bytes"]
     duration = result["end"]["sum_sent"]["seconds"]
-    time.sleep(1.0)  # queue drained; several fast ticks have read the final counters
-
+    wait_sent(lab)
+    after = exporter.wait_ticks(fast=2)  # fast ticks that read the final counters (and judged the link idle)
     kernel_delta = lab.tx_bytes() - kernel_before
-    after = exporter.scrape()
     exp_delta = after.value(TX, device=DEV) - before.value(TX, device=DEV)
     sat_delta = (after.value(SAT, device=DEV, direction="transmit")
                  - before.value(SAT, device=DEV, direction="transmit"))
     state_delta = (after.value(STATE, network_state="saturated")
                    - before.value(STATE, network_state="saturated"))
 
-    # Control phase: the link idles; nothing may count as saturated.
-    time.sleep(2.0)
-    idle = exporter.scrape()
+    # Control phase: the link idles for 10 fast ticks (2 s); nothing may count as saturated.
+    idle = exporter.wait_ticks(fast=10)
     idle_sat = (idle.value(SAT, device=DEV, direction="transmit")
                 - after.value(SAT, device=DEV, direction="transmit"))
     idle_state = idle.value(STATE, network_state="saturated") - after.value(STATE, network_state="saturated")
@@ -97,7 +110,7 @@ def test_bytes_and_saturation(lab, exporter):
           f"wire vs iperf3 sent {pct(exp_delta, sent_bytes):+.2f}%, vs received {pct(exp_delta, received_bytes):+.2f}%")
     print(f"[saturation] saturated {sat_delta:.3f} s vs iperf3 {duration:.3f} s "
           f"({pct(sat_delta, duration):+.1f}%); network_state=saturated +{state_delta:.3f} s; "
-          f"idle 2 s: saturated +{idle_sat:.3f} s, state saturated +{idle_state:.3f} s, quiet +{idle_quiet:.3f} s")
+          f"idle 10 ticks: saturated +{idle_sat:.3f} s, state saturated +{idle_state:.3f} s, quiet +{idle_quiet:.3f} s")
 
     assert received_bytes > 0.8 * RATE_MBIT * 1e6 / 8 * duration, "TCP ran far below the shaped rate"
     assert abs(exp_delta - kernel_delta) <= 0.01 * kernel_delta, "exporter tx bytes disagree with the kernel"
@@ -121,7 +134,8 @@ def test_bursts_count_transfers(lab, exporter):
     transfers = 3
     for _ in range(transfers):
         nx.iperf3(lab.a, lab.b, nx.ADDR_B, 1, IPERF_PORT)
-        time.sleep(1.5)  # several quiet fast ticks between transfers
+        wait_sent(lab)
+        exporter.wait_ticks(fast=3)  # quiet fast ticks between transfers
     delta = exporter.scrape().value(BURSTS) - before
     print(f"\n[bursts] {transfers} iperf3 transfers of 1 s, bursts counted {delta:.0f}")
     assert delta == transfers
@@ -143,18 +157,10 @@ def test_retransmits(lab, exporter):
     exp_before = exporter.scrape().value(RETRANS)
 
     result = nx.iperf3(lab.a, lab.b, nx.ADDR_B, 3, IPERF_PORT)
-    # A dropped FIN is retransmitted after an RTO (>= 200 ms): wait until the kernel's count
-    # settles, then past the exporter's next slow tick (1 s).
-    last, deadline = lab.a.nstat("TcpRetransSegs"), time.monotonic() + 5
-    while time.monotonic() < deadline:
-        time.sleep(0.5)
-        now = lab.a.nstat("TcpRetransSegs")
-        if now == last:
-            break
-        last = now
-    time.sleep(1.5)
-
-    exp_after = exporter.scrape().value(RETRANS)
+    # A dropped FIN is retransmitted after an RTO (>= 200 ms): wait until A has nothing left
+    # to retransmit, then for a slow tick (which reads the TCP counters) after that.
+    wait_sent(lab)
+    exp_after = exporter.wait_ticks(slow=1).value(RETRANS)
     nstat_after = lab.a.nstat("TcpRetransSegs")
     nstat_delta = nstat_after - nstat_before
     exp_delta = exp_after - exp_before
@@ -178,8 +184,7 @@ def test_nic_removal(lab, exporter):
     after = exporter.wait_for(lambda s: not s.with_label("device", DEV), timeout=3.0,
                               what="scrape without device=gva series")
     gone_after = time.monotonic() - started
-    time.sleep(0.5)  # a few more ticks after the removal: still up, still without gva
-    later = exporter.scrape()
+    later = exporter.wait_ticks(fast=3, slow=1)  # more ticks after the removal: still up, still without gva
     print(f"\n[removal] gva series gone {gone_after:.2f} s after `ip link del`")
 
     assert later.status == 200
@@ -194,7 +199,7 @@ def test_nic_removal(lab, exporter):
 def test_promtool_check_metrics(lab, exporter):
     # Some traffic first, so every counter family has moved and carries real values.
     nx.iperf3(lab.a, lab.b, nx.ADDR_B, 1, IPERF_PORT)
-    time.sleep(1.2)  # past a slow tick
+    exporter.wait_ticks(slow=1)  # a slow tick read the counters after the traffic
     status, body = exporter.get("/metrics")
     assert status == 200
     assert body.startswith("# HELP")
@@ -221,7 +226,7 @@ def test_gpu_idle_split_by_real_network_state(lab, tmp_path):
     lab.cleanups.append(exp.stop)
     exp.wait_healthy()
     exp.wait_for(lambda s: s.get(IDLE, gpu="1", network_state="quiet") is not None, what="GPU idle series")
-    time.sleep(1.0)
+    exp.wait_ticks(fast=5)  # a second of quiet fast ticks with the GPUs read
 
     def split(scrape):
         return {state: scrape.value(IDLE, gpu="0", network_state=state)
@@ -232,20 +237,20 @@ def test_gpu_idle_split_by_real_network_state(lab, tmp_path):
     t0 = time.monotonic()
     result = nx.iperf3(lab.a, lab.b, nx.ADDR_B, 3, IPERF_PORT)
     during = split(exp.scrape())
-    time.sleep(2.0)
-    after_scrape = exp.scrape()
+    wait_sent(lab)
+    after_scrape = exp.wait_ticks(fast=10)  # 2 s of quiet fast ticks once the queue drained
     after, elapsed = split(after_scrape), time.monotonic() - t0
     duration = result["end"]["sum_sent"]["seconds"]
 
     saturated = during["saturated"] - quiet_phase["saturated"]
     print(f"\n[gpu idle] during iperf3 ({duration:.2f} s): saturated +{saturated:.3f} s, quiet "
-          f"+{during['quiet'] - quiet_phase['quiet']:.3f} s; 2 s after: quiet +{after['quiet'] - during['quiet']:.3f} s")
+          f"+{during['quiet'] - quiet_phase['quiet']:.3f} s; after: quiet +{after['quiet'] - during['quiet']:.3f} s")
     assert quiet_phase["quiet"] > 0 and quiet_phase["saturated"] == 0, quiet_phase
     # 70% of the time GPUs were idle, and the network was saturated for (about) the transfer.
     assert abs(saturated - 0.7 * duration) <= 0.25 * 0.7 * duration, saturated
     assert after["saturated"] == during["saturated"], "idle counted as saturated after traffic stopped"
-    # Of the 2 s after, the shaper's queue drains and the last ticks are published (up to
-    # ~0.8 s on a loaded machine); GPUs idle 70% of the rest, with the network quiet.
+    # After the transfer the shaper's queue drained, then came 9 whole fast ticks, quiet (about
+    # 1.8 s, 1.6 s at the least, whatever the load): GPUs idle 70% of them, with the network quiet.
     assert after["quiet"] - during["quiet"] >= 0.7 * 1.2
     # The invariant: busy + all idle states grew by the wall time (scrapes bracket it loosely).
     busy = after_scrape.value(BUSY, gpu="0") - busy_before
