@@ -6,7 +6,7 @@ collector still collects its youngest generation whenever tracked objects alloca
 those freed by 700, which the transient samples of one tick do: over the bench node
 (8 ports, 8 GPUs), a young collection every second and a full one, through all 43,000
 objects of the process, every 100 s: 0.5 ms of CPU a second, about 5% of the exporter's,
-for no garbage (bench/README.md, "Eleventh round").
+for no garbage (docs/architecture.md, "Memory and start-up").
 
 So the youngest generation waits for YOUNG_THRESHOLD net allocations, which a tick's peak
 does not reach and cyclic garbage (an exception's traceback, kept by a bug) still does, a
