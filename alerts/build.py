@@ -5,15 +5,20 @@ source, with the settings a monitoring mixin takes:
     python alerts/build.py --check               # exit 1 if the committed file differs
     python alerts/build.py --selector 'job="gpunet-exporter"' --cluster-label region \\
         --rate-interval 2m --short-rate-interval 4m \\
-        --runbook-url-base https://wiki.example.com/gpunet/runbook --out my.rules.yml
+        --runbook-url-base https://docs.example.org/gpunet/runbook.md --out my.rules.yml
+    python alerts/build.py --runbook-url-pattern 'https://wiki.example.org/gpunet/%s' ...  # a page per alert
 
 Conventions (the monitoring-mixins style guide, as node-mixin and kube-prometheus follow it):
 - severities `critical` (page someone now), `warning` (a ticket, during working hours) and
   `info` (context for other alerts, routed nowhere by default);
 - `summary` is static, so grouped notifications share one headline; the instance, device
   and value go in `description`;
-- `runbook_url` is absolute: the base (`--runbook-url-base`) + `#` + the alert's name in
-  lower case, a section of docs/runbook.md;
+- `runbook_url` is the base (`--runbook-url-base`, where you host docs/runbook.md) + `#` +
+  the alert's name in lower case, a section of docs/runbook.md; or, as the mixins'
+  `runbookURLPattern`, `--runbook-url-pattern` with `%s` for that name. The default build
+  links `docs/runbook.md#<alert>`, relative to the gpunet source tree: it names the section
+  and points at no web address gpunet does not have; build with the base where you publish
+  docs/runbook.md (docs/deploy.md, "Alert runbook links") for links that open;
 - every selector carries `--selector`; aggregations keep the `--cluster-label` (and any
   other target label) by aggregating `without` the labels they remove, and `on (...)`
   joins name it;
@@ -46,10 +51,20 @@ class Settings:
     selector: str = 'job=~"gpunet.*"'
     cluster_label: str = "cluster"
     rate_interval: str = "5m"
-    runbook_url_base: str = "https://github.com/gpunet/gpunet/blob/main/docs/runbook.md"
+    # Where docs/runbook.md is published (absolute: Alertmanager and Grafana show the link as
+    # is). The default is the file's path in the source tree, not an address: see the module doc.
+    runbook_url_base: str = "docs/runbook.md"
     # The window of the records that must react within minutes (GpunetPfcStorm's): at least
     # 4 scrape intervals, so that one missed scrape leaves 2 samples in it (4m at a 60 s scrape).
     short_rate_interval: str = "2m"
+    # The mixins' runbookURLPattern: `%s` is the alert's name in lower case. Set, it wins over
+    # the base (a wiki with a page per alert).
+    runbook_url_pattern: str = ""
+
+    def runbook_url(self, alert: str) -> str:
+        anchor = alert.lower()
+        return self.runbook_url_pattern.replace("%s", anchor) if self.runbook_url_pattern else \
+            f"{self.runbook_url_base}#{anchor}"
 
 
 @dataclass(frozen=True)
@@ -320,7 +335,10 @@ def render(s: Settings) -> str:
            "# that file and run it. docs/runbook.md explains each alert, its threshold and what to do.",
            f"# Settings of this build: selector {s.selector}, cluster label {s.cluster_label}, rate interval "
            f"{s.rate_interval},",
-           f"# runbook {s.runbook_url_base}.",
+           f"# runbook {s.runbook_url_pattern or s.runbook_url_base + '#%s'}"
+           + ("," if s.runbook_url_base == Settings.runbook_url_base and not s.runbook_url_pattern else "."),
+           *(["# relative to the gpunet source tree: build with --runbook-url-base for links that open."]
+             if s.runbook_url_base == Settings.runbook_url_base and not s.runbook_url_pattern else []),
            "# Check: promtool check rules alerts/gpunet.rules.yml; promtool test rules alerts/tests/*.yml",
            "groups:"]
     for group, items in rules(s):
@@ -336,7 +354,7 @@ def render(s: Settings) -> str:
                 out.append(f"        for: {item.for_}")
             out += ["        labels:", f"          severity: {item.severity}", "        annotations:",
                     f"          summary: {_quote(item.summary)}", f"          description: {_quote(item.description)}",
-                    f"          runbook_url: {_quote(s.runbook_url_base + '#' + item.name.lower())}"]
+                    f"          runbook_url: {_quote(s.runbook_url(item.name))}"]
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 
@@ -352,12 +370,19 @@ def main(argv: list[str]) -> int:
     p.add_argument("--short-rate-interval", default=defaults.short_rate_interval,
                    help=f"window of the rates that must react within minutes, GpunetPfcStorm's "
                         f"({defaults.short_rate_interval}; at least 4 scrape intervals, e.g. 4m at a 60 s scrape)")
-    p.add_argument("--runbook-url-base", default=defaults.runbook_url_base, help="absolute URL of docs/runbook.md")
+    p.add_argument("--runbook-url-base", default=defaults.runbook_url_base,
+                   help="absolute URL where you publish docs/runbook.md; each alert links its section, BASE#<alert> "
+                        f"(default {defaults.runbook_url_base!r}: the file in the source tree, no address)")
+    p.add_argument("--runbook-url-pattern", default=defaults.runbook_url_pattern,
+                   help="the mixins' runbookURLPattern instead: a URL with %%s for the alert's name in lower case, "
+                        "e.g. https://wiki.example.org/gpunet/%%s")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--check", action="store_true", help="exit 1 if --out differs from this build")
     args = p.parse_args(argv)
+    if args.runbook_url_pattern and "%s" not in args.runbook_url_pattern:
+        p.error(f"--runbook-url-pattern {args.runbook_url_pattern!r}: no %s where the alert's name goes")
     text = render(Settings(args.selector, args.cluster_label, args.rate_interval, args.runbook_url_base,
-                           args.short_rate_interval))
+                           args.short_rate_interval, args.runbook_url_pattern))
     if args.check:
         if not args.out.exists() or args.out.read_text(encoding="utf-8") != text:
             print(f"stale (run python alerts/build.py): {args.out}", file=sys.stderr)

@@ -11,6 +11,7 @@ the ratio to the loop and the command's peak RSS; then, in-process, where the ti
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import resource
 import subprocess
@@ -20,10 +21,23 @@ import time
 from pathlib import Path
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python bench/diagnose_speed.py", description=__doc__.split("\n\n")[0],
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trace", nargs="?", type=Path,
+                   help="a trace (.om or .om.gz) to read; default: generate 256 nodes x 8 GPUs x 8 NICs, 1 h at 15 s")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.trace is not None and not args.trace.is_file():
+        print(f"diagnose_speed: {args.trace}: no such file", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
-        if len(sys.argv) > 1:
-            trace = Path(sys.argv[1])
+        if args.trace is not None:
+            trace = args.trace
         else:
             trace = Path(tmp) / "big.om.gz"
             started = time.perf_counter()

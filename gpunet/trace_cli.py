@@ -5,7 +5,9 @@
 
 export writes the raw samples a server holds for the gpunet series (range-vector
 queries: the samples as scraped, not resampled), a family at a time, split by time so no
-single query is large. load backfills a trace into a Prometheus data folder with
+single query is large; its progress is one line rewritten in place on a terminal, and
+elsewhere (a log, a pipe) a line every PROGRESS_EVERY_S seconds at most, then the summary.
+load backfills a trace into a Prometheus data folder with
 `promtool tsdb create-blocks-from openmetrics` and can serve it for investigation.
 """
 
@@ -20,7 +22,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 from gpunet.contract import BY_NAME
 from gpunet.promapi import PromError, PrometheusClient, add_connection_arguments, client_from_arguments, where_data_is
@@ -28,6 +32,38 @@ from gpunet.trace import TraceWriter
 from gpunet.window import resolve, rfc3339
 
 CHUNK_SECONDS = 3600.0  # one range query covers at most this much time
+# Off a terminal, a progress line at most this often: a long export shows it is alive, a
+# short one prints only its summary.
+PROGRESS_EVERY_S = 30.0
+
+
+class Progress:
+    """An export's progress on `stream`: on a terminal one line rewritten in place (families
+    done, the share, the family just written); elsewhere a line at most every `every`
+    seconds. `done()` clears the terminal's line before the summary is printed."""
+
+    def __init__(self, stream: TextIO, every: float = PROGRESS_EVERY_S, clock: Callable[[], float] = time.monotonic):
+        self.stream, self.every, self.clock = stream, every, clock
+        self.tty = stream.isatty()
+        self.last = clock()
+        self.shown = False
+
+    def __call__(self, done: int, total: int, name: str, series: int) -> None:
+        line = f"exported {done}/{total} families ({100 * done / max(total, 1):.0f}%), last {name}: {series} series"
+        if self.tty:
+            self.stream.write("\r\x1b[K" + line)
+            self.stream.flush()
+            self.shown = True
+        elif self.clock() - self.last >= self.every:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+            self.last = self.clock()
+
+    def done(self) -> None:
+        if self.tty and self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
 
 
 def _inner(selector: str) -> tuple[str | None, str]:
@@ -48,7 +84,10 @@ def _type_of(name: str, metadata: dict[str, list[dict]]) -> str:
 
 
 async def export(client: PrometheusClient, out: Path, start: float, end: float, match: str | None,
-                 progress=None) -> int:
+                 progress: Callable[[int, int, str, int], None] | None = None) -> int:
+    """Write the gpunet series the server holds in [start, end] (narrowed by `match`) into
+    `out`, a family at a time; `progress(families done, families, family, its series)`
+    after each. Returns the samples written."""
     selected_name, matchers = _inner(match) if match else (None, "")
     selector = "{" + ",".join(m for m in ('__name__=~"gpunet_.*"', matchers) if m) + "}"
     names = [selected_name] if selected_name else sorted(await client.label_values("__name__", [selector], start, end))
@@ -79,14 +118,14 @@ async def export(client: PrometheusClient, out: Path, start: float, end: float, 
                             continue  # chunk boundaries: each sample once
                         entry[1].append(ts)
                         entry[2].append(float(value))
+            if progress:
+                progress(i + 1, len(names), name, len(series))
             if not series:
                 continue
             writer.family(name, _type_of(name, metadata))
             for key in sorted(series):
                 labels, ts, vs = series[key]
                 writer.series(name, labels, ts, vs)
-            if progress:
-                progress(f"{i + 1}/{len(names)} {name}: {len(series)} series")
         return writer.samples
 
 
@@ -167,12 +206,16 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError("give --prometheus URL (or set GPUNET_PROMETHEUS_URL)")
             start, end = resolve(args.since, args.start, args.end)
 
+            progress = Progress(sys.stderr)
+
             async def run() -> int:
                 async with client_from_arguments(args.prometheus, args) as client:
-                    return await export(client, Path(args.out), start, end, args.match,
-                                        progress=lambda m: print(m, file=sys.stderr))
+                    return await export(client, Path(args.out), start, end, args.match, progress)
 
-            samples = asyncio.run(run())
+            try:
+                samples = asyncio.run(run())
+            finally:
+                progress.done()
             print(f"wrote {samples} samples from {rfc3339(start)} to {rfc3339(end)} into {args.out}", file=sys.stderr)
             return 0
         trace = Path(args.trace)

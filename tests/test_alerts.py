@@ -75,15 +75,33 @@ def test_promtool_unit_tests_cover_every_alert_firing_and_silent():
     assert alerts - silent == set(), "alerts without a not-firing test case"
 
 
+def _build_module():
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("alerts_build", REPO / "alerts" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _runbook_anchors() -> set[str]:
+    """docs/runbook.md's section anchors, as GitHub and GitLab make them from headings."""
+    runbook = (REPO / "docs" / "runbook.md").read_text()
+    return {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#{2,3} (.+)$", runbook, re.M)}
+
+
 def test_every_alert_has_its_runbook_section():
     runbook = (REPO / "docs" / "runbook.md").read_text()
-    anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
-               for h in re.findall(r"^#{2,3} (.+)$", runbook, re.M)}
+    anchors = _runbook_anchors()
     text = RULES.read_text()
     alerts = re.findall(r"^\s*- alert:\s*(\S+)", text, re.M)
-    base = "https://github.com/gpunet/gpunet/blob/main/docs/runbook.md"  # the default build's
+    base = _build_module().Settings().runbook_url_base  # the default build's
+    assert base == "docs/runbook.md" and (REPO / base).is_file()
     urls = re.findall(r'runbook_url:\s*"' + re.escape(base) + '#([^"]+)"', text)
-    assert len(urls) == len(alerts) == len(set(urls))
+    assert len(urls) == len(alerts) == len(set(urls)) == len(re.findall(r"runbook_url:", text))
     assert [a.lower() for a in alerts] == urls
     assert set(urls) <= anchors, set(urls) - anchors
     for alert in alerts:  # each section says why its threshold is where it is
@@ -315,3 +333,28 @@ def test_alerts_stay_silent_on_healthy_traces(rules, evaluations, trace):
     fired = {name: sorted(_firing(evaluations, trace, name))
              for kind, name, _ in rules if kind == "alerting" and evaluations[(trace, name)]}
     assert set(fired) == HEALTHY_EXCEPT[trace], fired
+
+
+def test_runbook_links_resolve_under_the_base_or_pattern_given(tmp_path):
+    """Built with where the user hosts docs/runbook.md (a base, or the mixins' URL pattern),
+    every runbook_url is that address and one of the runbook's sections; nothing in alerts/
+    or deploy/ points at a made-up repository."""
+    import sys
+
+    anchors = _runbook_anchors()
+    for flag, value, prefix in (("--runbook-url-base", "https://docs.example.org/ops/runbook.md",
+                                 "https://docs.example.org/ops/runbook.md#"),
+                                ("--runbook-url-pattern", "https://wiki.example.org/gpunet/%s",
+                                 "https://wiki.example.org/gpunet/")):
+        out = tmp_path / "rules.yml"
+        subprocess.run([sys.executable, str(REPO / "alerts" / "build.py"), flag, value, "--out", str(out)],
+                       check=True, capture_output=True, timeout=60)
+        urls = re.findall(r'runbook_url: "([^"]+)"', out.read_text())
+        assert urls and all(u.startswith(prefix) and u[len(prefix):] in anchors for u in urls), urls
+    bad = subprocess.run([sys.executable, str(REPO / "alerts" / "build.py"), "--runbook-url-pattern",
+                          "https://wiki.example.org/gpunet", "--out", str(tmp_path / "x.yml")], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "%s" in bad.stderr
+    for path in [*(REPO / "alerts").rglob("*"), *(REPO / "deploy").rglob("*")]:
+        if path.is_file():
+            assert "github.com/gpunet/gpunet" not in path.read_text(errors="replace"), path

@@ -523,6 +523,21 @@ def test_systemd_unit_is_hardened():
     assert "nvidia-persistenced.service" in one["WantedBy"].split()
 
 
+def test_systemd_documentation_resolves_on_the_installed_machine():
+    """Documentation= names pages that exist once the unit's own install steps ran: a file:
+    the header comment installs from the source tree (systemd accepts http(s)://, file:,
+    info: and man: URIs), not an address of a repository that does not exist."""
+    (documentation,) = unit_directives()["Documentation"]
+    header = UNIT.read_text().split("[Unit]", 1)[0]
+    installs = re.findall(r"install -D -m 0644 -t (\S+) (.+)", header)
+    assert installs, header
+    for uri in documentation.split():
+        assert uri.startswith("file:/"), uri  # installed with the unit, nothing to fetch
+        path = Path(uri.removeprefix("file:"))
+        sources = [src for folder, files in installs if Path(folder) == path.parent for src in files.split()]
+        assert any(Path(src).name == path.name and (REPO / src).is_file() for src in sources), (uri, installs)
+
+
 def test_systemd_execstart_args_parse():
     d = unit_directives()
     (exec_start,) = d["ExecStart"]

@@ -1,8 +1,10 @@
 """gpunet-trace: a trace loads into a real Prometheus, and exports back to the same samples."""
 
 import gzip
+import io
 import json
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -14,9 +16,14 @@ from procs import REPO, free_port, http_get
 
 from gpunet.trace import write_series
 
-pytestmark = [pytest.mark.prometheus,
-              pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
-                                 reason="prometheus/promtool not installed")]
+
+def needs_prometheus(test):
+    """A test that runs a real Prometheus (and promtool)."""
+    test = pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
+                              reason="prometheus/promtool not installed")(test)
+    return pytest.mark.prometheus(test)
+
+
 START = 1767225600.0  # 2026-01-01T00:00:00Z
 
 
@@ -62,6 +69,7 @@ def series_count(url: str, start: float, end: float) -> int:
     return len(json.loads(http_get(f"{url}/api/v1/series?{q}")[2])["data"])
 
 
+@needs_prometheus
 def test_round_trip_trace_prometheus_export(tmp_path, served):
     trace = tmp_path / "small.om.gz"
     small_trace(trace)
@@ -73,8 +81,13 @@ def test_round_trip_trace_prometheus_export(tmp_path, served):
     result = gpunet_trace("export", "--prometheus", url, "--start", f"{START - 60}", "--end", f"{end + 60}", str(out))
     assert result.returncode == 0, result.stderr
     assert read_samples(out) == original
+    # Not a terminal: no line per family, only the summary (an export this short takes
+    # less than a progress interval).
+    assert result.stderr.splitlines() == [line for line in result.stderr.splitlines() if line.startswith("wrote ")]
+    assert len(result.stderr.splitlines()) == 1, result.stderr
 
 
+@needs_prometheus
 def test_export_narrowed_by_match(tmp_path, served):
     trace = tmp_path / "small.om.gz"
     small_trace(trace)
@@ -88,6 +101,7 @@ def test_export_narrowed_by_match(tmp_path, served):
     assert out.read_text().endswith("# EOF\n")
 
 
+@needs_prometheus
 def test_unreachable_prometheus_is_one_clear_line(tmp_path):
     port = free_port()  # nothing listens there
     result = gpunet_trace("export", "--prometheus", f"http://user:secret@127.0.0.1:{port}", "--since", "30m",
@@ -98,6 +112,7 @@ def test_unreachable_prometheus_is_one_clear_line(tmp_path):
     assert "secret" not in result.stderr
 
 
+@needs_prometheus
 def test_corrupt_trace_is_refused_with_promtools_reason(tmp_path):
     bad = tmp_path / "bad.om"
     bad.write_text("# TYPE gpunet_nic_up gauge\ngpunet_nic_up{device=\"x\" 1 1767225600\n# EOF\n")
@@ -108,6 +123,7 @@ def test_corrupt_trace_is_refused_with_promtools_reason(tmp_path):
 COMMITTED = sorted((REPO / "replay_data").rglob("*.om.gz"))
 
 
+@needs_prometheus
 @pytest.mark.parametrize("trace", COMMITTED, ids=[t.name for t in COMMITTED])
 def test_committed_trace_loads_with_every_series(trace, served):
     samples = read_samples(trace)
@@ -120,3 +136,58 @@ def test_committed_trace_loads_with_every_series(trace, served):
     result = json.loads(http_get(f"{url}/api/v1/query?{q}")[2])["data"]["result"]
     instances = {s.split('instance="')[1].split('"')[0] for s in expected if s.startswith("gpunet_nic_transmit")}
     assert {r["metric"]["instance"] for r in result} <= instances and result
+
+
+# --- export's progress -----------------------------------------------------------------------
+
+class Stream(io.StringIO):
+    def __init__(self, tty: bool):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+class Clock:
+    def __init__(self, step: float):
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+FAMILIES = 83  # what a real exporter's server held when export printed a line for each
+
+
+def test_export_progress_off_a_terminal_is_quiet():
+    from gpunet.trace_cli import PROGRESS_EVERY_S, Progress
+
+    quick = Stream(tty=False)
+    progress = Progress(quick, clock=Clock(0.05))  # 83 families in about 8 s
+    for k in range(FAMILIES):
+        progress(k + 1, FAMILIES, f"gpunet_family_{k}", 12)
+    progress.done()
+    assert quick.getvalue() == ""
+    slow = Stream(tty=False)
+    progress = Progress(slow, clock=Clock(2.0))  # 83 families in about 6 minutes
+    for k in range(FAMILIES):
+        progress(k + 1, FAMILIES, f"gpunet_family_{k}", 12)
+    lines = slow.getvalue().splitlines()
+    assert 0 < len(lines) <= FAMILIES * 2.0 / PROGRESS_EVERY_S + 1, lines
+    assert all(re.match(r"exported \d+/83 families \(\d+%\)", line) for line in lines), lines
+
+
+def test_export_progress_on_a_terminal_is_one_line_rewritten():
+    from gpunet.trace_cli import Progress
+
+    tty = Stream(tty=True)
+    progress = Progress(tty, clock=Clock(0.05))
+    for k in range(FAMILIES):
+        progress(k + 1, FAMILIES, f"gpunet_family_{k}", 12)
+    written = tty.getvalue()
+    assert "\n" not in written and written.count("\r") == FAMILIES
+    assert written.rsplit("\r", 1)[1].endswith("exported 83/83 families (100%), last gpunet_family_82: 12 series")
+    progress.done()
+    assert tty.getvalue().endswith("\r\x1b[K")  # cleared for the summary line

@@ -10,6 +10,12 @@ The model (see needed_speed) is the plain one: an all-reduce at line rate takes 
 inverse proportion to the link speed, and the part of it that compute did not hide is what
 GPUs wait for; how much of a shorter transfer compute would hide is bounded both ways, so
 the need is given as a range. Given a model size, the ring all-reduce arithmetic is shown beside it.
+
+This is the one place that sizes the links: a network_bandwidth finding carries what its
+window measured and points here (its evidence `link_sizing: "capacity"`), so that a report
+gives one sizing. A sizing of the finding's worst window beside one of the whole window
+gave two answers to one question (138 Gb/s -> 200G there, 85 Gb/s -> 100G here, on a job
+network-bound for half the window).
 """
 
 from __future__ import annotations
@@ -73,19 +79,6 @@ def upgrade_step(needed_gbps: float, current_gbps: float) -> str:
     if step is not None:
         return f"{step}G per NIC"
     return f"more rails: {math.ceil(needed_gbps / UPGRADE_PATH_GBPS[-1])} x {UPGRADE_PATH_GBPS[-1]}G per NIC's share"
-
-
-def bandwidth_evidence(speed: float, saturated: float, idle_saturated: float) -> dict:
-    """The figures a network_bandwidth finding carries."""
-    low, high = needed_speed(speed, saturated, idle_saturated)
-    if not np.isfinite(high):
-        return {}
-    gbps = speed * 8 / 1e9
-    return {"sized_over": "this incident's windows (the capacity section sizes the whole window)",
-            "nic_speed_gbps": round(gbps, 1), "needed_gbps_per_nic": round(high * 8 / 1e9, 1),
-            "needed_gbps_per_nic_at_least": round(low * 8 / 1e9, 1),
-            "upgrade_to": upgrade_step(high * 8 / 1e9, gbps),
-            "may_suffice": upgrade_step(low * 8 / 1e9, gbps)}
 
 
 def _gb(x: float) -> str:
@@ -164,16 +157,17 @@ def advise(features: Features, model: ModelSize | None = None, other_causes: Seq
         arithmetic.append(
             f"model: {model.parameters / 1e9:.3g}B parameters x {model.bytes_per_parameter:g} B = {_gb(gradient)} of "
             f"gradients; a ring all-reduce over {gpus} GPUs moves 2(N-1)/N = {2 * (gpus - 1) / gpus:.3f} x that = "
-            f"{_gb(per_gpu)} per GPU, and (one ring crossing each node per channel) as much per node over its "
-            f"{nics_per_node:.0f} NIC(s): {_gb(per_nic)} per NIC, {per_nic / speed:.3f} s at {gbps:.0f} Gb/s")
+            f"{_gb(per_gpu)} per GPU, and (one ring crossing each node per channel) as much per node, split "
+            f"over its fabric NICs ({nics_per_node:.0f} a node): {_gb(per_nic)} per NIC, {per_nic / speed:.3f} s at "
+            f"{gbps:.0f} Gb/s")
         if "bytes_per_burst_per_node" in out:
             arithmetic.append(f"measured {_gb(out['bytes_per_burst_per_node'])} per burst per node vs "
                               f"{_gb(per_gpu)} expected per all-reduce: "
                               f"{out['bytes_per_burst_per_node'] / per_gpu:.2f} all-reduces per burst")
 
     if out["windows_left_out"]:
-        arithmetic.append(f"{out['windows_left_out']} window(s) of findings with another cause left out: faster "
-                          "links would not give that idle back")
+        arithmetic.append(f"left out: the windows of findings with another cause ({out['windows_left_out']} x "
+                          f"{frame.step:.0f} s): faster links would not give that idle back")
     if idle_saturated < MIN_SATURATED_IDLE or not np.isfinite(saturated) or saturated <= 0:
         out["verdict"] = (f"the links are not what GPUs wait for: {100 * idle_saturated:.1f}% GPU idle at line "
                           f"rate; no upgrade needed for this job")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnoser.analysis.capacity import bandwidth_evidence
 from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext
 
 SATURATED_IDLE = 0.10  # GPU idle in saturated ticks, of GPU time, absolute: a network-bound job
@@ -18,6 +17,9 @@ SATURATED_SHARE = 0.5
 SATURATED_TIME_NO_GPU = 0.5
 
 
+# The finding carries what its window measured; how fast the links should be is sized once
+# per report (or per job), in the capacity section (diagnoser/analysis/capacity.py): the
+# evidence `link_sizing: "capacity"` points there, so that one report never gives two sizings.
 def check(w: WindowContext) -> Detection | None:
     if w.found:  # any other finding in the window explains the wait better
         return None
@@ -34,10 +36,11 @@ def check(w: WindowContext) -> Detection | None:
     rising = w.impact and rise >= SATURATED_IDLE_RISE and rise >= SATURATED_SHARE * w.excess
     if not (persistent or rising):
         return None
+    speed = w.fabric_speed_median * 8 / 1e9
     return Detection([], [], 0.5 + min(sat_idle / 0.3, 0.45), {
         "gpu_idle_saturated": sat_idle, "link_utilisation": g["util_median"],
         "saturated_time": line_rate_time(g), "gpu_idle": g["idle_frac"],
-        **bandwidth_evidence(w.fabric_speed_median, line_rate_time(g), sat_idle)})
+        **({"nic_speed_gbps": round(float(speed), 1), "link_sizing": "capacity"} if np.isfinite(speed) else {})})
 
 
 def line_rate_time(g: pd.Series) -> float:
