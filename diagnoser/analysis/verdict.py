@@ -14,6 +14,8 @@ from diagnoser.analysis.features import STATES, Features, sub_window_share
 from diagnoser.analysis.rules.base import EXCESS_IDLE, MIN_PEERS
 from diagnoser.model.frame import FINE, Frame, choose_step
 from diagnoser.model.report import FINDINGS, HEALTHY, INCONCLUSIVE, Finding
+from gpunet.window import rfc3339
+from gpunet.words import plural
 
 # Whole windows a verdict needs: the job's baseline is its quieter windows (a quantile), and
 # an incident must be told from the windows around it. Fewer, and there is nothing to compare.
@@ -41,13 +43,7 @@ def missing_data(frame: Frame, features: Features) -> list[str]:
     if not frame.instances:
         return reasons + ["no series of any node in the window"]
     if not enough_windows(frame):
-        whole = 0 if frame.partial else len(frame.windows)
-        step = frame.step if not frame.partial else choose_step(frame.start, frame.end, frame.scrape_interval)
-        # MIN_WINDOWS whole windows fit in any range one step longer than they are.
-        reasons.append(f"the window holds {whole} whole window(s) of the diagnoser's {step:.0f} s grid "
-                       f"({frame.end - frame.start:.0f} s asked, scrapes every {frame.scrape_interval:.0f} s); "
-                       f"comparing windows with the job's normal needs at least {MIN_WINDOWS}: ask for "
-                       f"{np.ceil((MIN_WINDOWS + 1) * step / 60):.0f} minutes or more")
+        reasons.append(_too_short(frame))
     node = features.node
     has_nics = bool(node["bytes_rate"].notna().any()) if len(node) else False
     if not frame.has_gpus:
@@ -64,6 +60,27 @@ def missing_data(frame: Frame, features: Features) -> list[str]:
         reasons.append("no fabric NIC series: network causes (PFC storms, loss, congestion, slow links) cannot be "
                        "judged" + seen)
     return reasons
+
+
+def _too_short(frame: Frame) -> str:
+    """Why a window this short gets no verdict, and advice that can be followed: a longer
+    window where the source holds more, else when a live source will have enough."""
+    whole = 0 if frame.partial else len(frame.windows)
+    step = frame.step if not frame.partial else choose_step(frame.start, frame.end, frame.scrape_interval)
+    needed = (MIN_WINDOWS + 1) * step  # MIN_WINDOWS whole windows fit in any range one step longer
+    minutes = f"{np.ceil(needed / 60):.0f} minutes"
+    said = (f"the window holds {plural(whole, 'whole window')} of the diagnoser's {step:.0f} s grid "
+            f"(scrapes every {frame.scrape_interval:.0f} s); comparing windows with the job's normal needs at "
+            f"least {MIN_WINDOWS}")
+    asked_start, asked_end = frame.asked or (frame.start, frame.end)
+    if asked_end - asked_start >= needed:  # the source holds less than was asked for
+        said += (f", and the data covers only {frame.end - frame.start:.0f} s of the {asked_end - asked_start:.0f} s "
+                 f"asked ({rfc3339(frame.start)} .. {rfc3339(frame.end)})")
+        if frame.source.startswith("replay:"):
+            return said + f": the trace holds no more; {minutes} of data are needed"
+        ready = frame.start + np.ceil(needed / 60) * 60
+        return said + f": diagnose again once {minutes} of data exist, after {rfc3339(ready)}"
+    return said + f": ask for {minutes} or more"
 
 
 def unplaced_series(frame: Frame) -> list[str]:

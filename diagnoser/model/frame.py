@@ -64,6 +64,8 @@ class Frame:
     warnings: list[str] = field(default_factory=list)
     # No whole window of the grid fits the range: the one window is partial, nothing is judged.
     partial: bool = False
+    # The window asked for, where the data covers less of it (start, end are then the part covered).
+    asked: tuple[float, float] | None = None
     # Series left out because they lack an `instance` label (they cannot be put on a node).
     without_instance: int = 0
     # GPU (busy, idle) seconds over the whole range asked for, partial windows at its ends
@@ -126,6 +128,26 @@ def window_edges(start: float, end: float, step: float) -> tuple[np.ndarray, boo
     [start, end] (then nothing is judged: see pipeline's verdict)."""
     edges = grid(start, end, step)
     return (edges, False) if len(edges) >= 2 else (np.array([start, end]), True)
+
+
+def data_window(start: float, end: float, first: float, last: float, scrape_interval: float,
+                what: str) -> tuple[float, float, list[str]]:
+    """The window asked for, cut to the part the data covers: (start, end, notes). Every source
+    cuts alike, so that a trace and the server it was loaded into judge the same span. Data
+    within one scrape interval of an end covers it (the next scrape was yet to come); `what`
+    names the data in the error where none of it lies in the window."""
+    cut_start = first if first > start + scrape_interval else start
+    cut_end = last if last < end - scrape_interval else end
+    if last < start or first > end or cut_end <= cut_start:
+        raise ValueError(f"the window holds no samples: {what} covers {rfc3339(first)} .. {rfc3339(last)}")
+    notes = []
+    if cut_start > start:
+        notes.append(f"the data begins at {rfc3339(cut_start)}, after the window asked for begins "
+                     f"({rfc3339(start)}): judged from there")
+    if cut_end < end:
+        notes.append(f"the window asked for ends at {rfc3339(end)}, after {what}'s last sample: cut to "
+                     f"{rfc3339(cut_start)} .. {rfc3339(cut_end)}, the part {what} covers")
+    return cut_start, cut_end, notes
 
 
 FINE = 4  # sub-windows per window

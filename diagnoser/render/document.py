@@ -11,13 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gpunet.words import plural  # noqa: F401  (the renderers' one plural, shared with the analysis' notes)
+
 INDENT = "   "
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """'1 node', '2 nodes', '0 findings'; `many` where adding an s is wrong ('1 switch',
-    '3 switches')."""
-    return f"{n:,} {word if n == 1 else (many or word + 's')}"
 
 
 # Control characters (C0 but tab, DEL, C1: ANSI escapes among them) in what the data names

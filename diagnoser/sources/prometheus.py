@@ -15,7 +15,9 @@ import asyncio
 import json
 import re
 import time
+import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -29,7 +31,7 @@ from diagnoser.model.columns import (
     Column,
     nccl_key,
 )
-from diagnoser.model.frame import FINE, Frame, assemble, choose_step, fine_table, window_edges
+from diagnoser.model.frame import FINE, Frame, assemble, choose_step, data_window, fine_table, window_edges
 from diagnoser.sources.promconfig import config_from_prometheus
 from gpunet import contract as c
 from gpunet.promapi import PRESENCE_METRIC, PromError, PrometheusClient, PromLimitError, where_data_is
@@ -52,13 +54,14 @@ SCRAPE_FALLBACK = 60.0
 NIC_DRILL_DOWN = ("speed", "up", "pfc_", "rdma_loss", "carrier_changes", "tx_bytes", "rx_bytes")
 
 
-# Every increase() is kept only where its series existed a window earlier: at a series'
-# first window MetricsQL engines count the whole counter value as increase, Prometheus
-# extrapolates; neither is a rate. (`x and x offset w` works in both.) The guard is marked
-# $[...]$ in a template: an engine that does not count a first sample from zero (PromQL's:
-# Prometheus, Thanos, Mimir) goes without it, which is most of its cost at scale (matching
-# every raw series of the column in every window: 60% of Prometheus' CPU for a NIC column).
-_GUARD = re.compile(r"\$\[(.*?)\]\$")
+# Each window is [edge, next edge), the same windows a trace is cut into (a sample on an edge
+# starts the window it opens): every selector is read 1 ms before the edge (`$O`), as the
+# engines' own windows are (edge - range, edge]. A counter's growth in a window is then the
+# difference of its last samples before the two edges, exactly as a trace's samples give
+# it, on PromQL engines and MetricsQL alike (no extrapolation, no first sample counted from
+# zero); a decrease is a reset, and the counter's value after it is what it grew by.
+BEFORE_EDGE = " offset 1ms"
+LOOKBACK = "5m"  # how far back a counter's last sample is looked for: PromQL's default lookback
 
 _SERIES = re.compile(rb'\{"metric":(\{[^{}]*\}),"values":\[(.*?)\]\}')
 
@@ -81,9 +84,13 @@ def _matrix(body: bytes) -> object:
 
 
 def _increase(metric: str, selector: str = "$M") -> str:
-    """A counter's increase over the window, kept only where the series existed a window
-    earlier (see above)."""
-    return f"(increase({metric}{{{selector}}}[$S])$[ and {metric}{{{selector}}} offset $S]$)"
+    """A counter's growth within each window, per series (see BEFORE_EDGE); absent where the
+    series had no sample before the window."""
+    # last_over_time over the lookback PromQL gives a bare selector: MetricsQL's own lookback
+    # for one depends on the query step, and would miss samples on a step finer than the scrapes.
+    now = f"last_over_time({metric}{{{selector}}}[{LOOKBACK}]$O)"
+    before = f"last_over_time({metric}{{{selector}}}[{LOOKBACK}] offset $B)"
+    return f"(({now} - {before}) >= 0 or ({now} < {before}))"
 
 
 def _nic_expr(col: Column, labels: tuple[str, ...]) -> str:
@@ -91,6 +98,14 @@ def _nic_expr(col: Column, labels: tuple[str, ...]) -> str:
     if col.how == INCREASE:
         return f"sum by ({', '.join(labels)}) ({_increase(col.metric)})"
     return f"{'avg' if col.how == 'mean' else 'min'}_over_time({col.metric}{{$M}}[$S])"
+
+
+def _expression(template: str, matcher: str, window: float) -> str:
+    """`template` for one query: $M the instance matcher, $S the window, $O and $B the offsets
+    of the window's end and start (BEFORE_EDGE); a range selector ends where the window does."""
+    ms = int(round(window * 1000))
+    return (template.replace("[$S])", "[$S]$O)").replace("$M", matcher).replace("$S", f"{ms}ms")
+            .replace("$O", BEFORE_EDGE).replace("$B", f"{ms + 1}ms"))
 
 
 class _Queries:
@@ -103,7 +118,6 @@ class _Queries:
                  progress: Callable[[str], None]):
         self.client, self.start, self.end, self.instances, self.progress = client, start, end, instances, progress
         self.step, self.windows = 0.0, np.empty(0)  # set once the scrape interval is known
-        self.guard = True  # see _GUARD
         self.splits = 0  # queries refused over a server limit, halved and run again
         self._said: set[str] = set()
 
@@ -153,7 +167,7 @@ class _Queries:
         limit, its halves: by nodes while a group has two and the limit is not on points per
         series, else by time."""
         matcher = "" if group is None else 'instance=~"' + "|".join(regex_literal(i) for i in group) + '"'
-        expr = _GUARD.sub(r"\1" if self.guard else "", template).replace("$M", matcher).replace("$S", f"{int(round(step))}s")
+        expr = _expression(template, matcher, step if windows is not None else self.end - self.start)
         try:
             if windows is None:
                 return [await self.client.query(expr, self.end)]
@@ -209,18 +223,6 @@ async def _fabric_selector(q: _Queries) -> tuple[str, str]:
             f"the busiest NIC of each node ({', '.join(devices[:4])})")
 
 
-async def _counts_first_sample(client: PrometheusClient, end: float) -> bool:
-    """Whether the engine speaks MetricsQL (VictoriaMetrics), whose increase() counts a
-    series' first sample from zero: `default` is MetricsQL's alone, PromQL refuses it."""
-    try:
-        await client.query("1 default 2", end)
-    except PromLimitError:
-        return True
-    except PromError:
-        return False
-    return True
-
-
 async def _instances(client: PrometheusClient, start: float, end: float, progress: Callable[[str], None]) -> list[str]:
     """The nodes: every instance of a gpunet series; where the server refuses to look through
     every series (VictoriaMetrics: -search.maxUniqueTimeseries, 300,000 by default, some 500
@@ -249,14 +251,48 @@ async def _fabric_devices(q: _Queries, fabric: str) -> list[str] | None:
     return sorted(names)
 
 
-async def _scrape_interval(q: _Queries) -> float | None:
-    """The scrape interval: the range over the median count of samples per series of the
-    first probe counter that has any; None where none has."""
+@dataclass
+class _Span:
+    first: float  # the first sample, or the window's start where the data reaches back to it
+    last: float  # the last sample at or before the window's end
+    scrape_interval: float
+
+
+async def _data_span(q: _Queries) -> _Span | None:
+    """Where the data lies in the range asked for, and the scrape interval, from the first
+    probe counter that has samples (None where none has): the facts a trace gives (see
+    model/frame.py data_window), so that a server that has just started, or stopped, is judged
+    on the part it holds, on windows fitted to its scrapes. Per node the number of samples and
+    the last one; the interval and the first sample from the raw samples of the node that
+    started first."""
+    span = f"{int(round((q.end - q.start) * 1000))}ms"
     for metric in SCRAPE_PROBES:
-        counts = await q.instant(f"count_over_time({metric}{{$M}}[{int(q.end - q.start)}s])")
-        per = [float(r["value"][1]) for r in counts if float(r["value"][1]) > 1]
-        if per:
-            return (q.end - q.start) / float(np.median(per))
+        counts, lasts = await asyncio.gather(
+            q.instant(f"max by (instance) (count_over_time({metric}{{$M}}[{span}]))"),
+            q.instant(f"max by (instance) (timestamp({metric}{{$M}}))"))
+        count = {r["metric"].get("instance", ""): float(r["value"][1]) for r in counts if float(r["value"][1]) > 1}
+        if not count:
+            continue
+        last = {r["metric"].get("instance", ""): float(r["value"][1]) for r in lasts}
+        # The node whose samples reach furthest back: its last sample less its count of
+        # intervals (the interval roughly known yet: the range over the longest count).
+        rough = (q.end - q.start) / max(count.values())
+        earliest = min(count, key=lambda i: last.get(i, q.end) - (count[i] - 1) * rough)
+        raw = await q.client.query(f'{metric}{{instance=~"{regex_literal(earliest)}"}}[{span}]', q.end)
+        stamps = [np.array([float(t) for t, _ in series.get("values", [])]) for series in raw.get("result", [])]
+        stamps = [t for t in stamps if len(t) > 1]
+        if not stamps:
+            continue
+        interval = float(np.median([np.median(np.diff(t)) for t in stamps]))
+        first = min(float(t[0]) for t in stamps)
+        if first <= q.start + interval:  # whether the data reaches back to the start, in any node
+            first = q.start
+        else:
+            before = await q.client.query(f"max(timestamp({metric}))", q.start + interval)
+            if before.get("result"):
+                first = q.start
+        final = max([float(t[-1]) for t in stamps] + [t for t in last.values() if t <= q.end])
+        return _Span(first, final, interval)
     return None
 
 
@@ -267,15 +303,25 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         raise PromError(f"{client.url}: no gpunet series between {rfc3339(start)} and {rfc3339(end)}; "
                         f"{await where_data_is(client, time.time())}")
     q = _Queries(client, start, end, instances, progress)
-    q.guard = await _counts_first_sample(client, end)
-    measured = await _scrape_interval(q)
-    scrape = measured or SCRAPE_FALLBACK
-    step = choose_step(start, end, scrape)
+    found = await _data_span(q)
     warnings: list[str] = []
-    if measured is None:
+    asked: tuple[float, float] | None = None
+    if found is None:
+        scrape = SCRAPE_FALLBACK
         warnings.append(f"no samples of {', '.join(SCRAPE_PROBES)} to tell the scrape interval by: assumed "
-                        f"{SCRAPE_FALLBACK:.0f}s (windows of {step:.0f}s)")
+                        f"{SCRAPE_FALLBACK:.0f}s (windows of {choose_step(start, end, scrape):.0f}s)")
         progress(f"warning: {warnings[-1]}")
+    else:
+        scrape = found.scrape_interval
+        try:
+            start, end, notes = data_window(start, end, found.first, found.last, scrape, "the data")
+        except ValueError as e:
+            raise PromError(f"{client.url}: {e}") from None
+        warnings += notes
+        if (start, end) != (q.start, q.end):
+            asked = (q.start, q.end)
+        q.start, q.end = start, end
+    step = choose_step(start, end, scrape)
     edges, partial = window_edges(start, end, step)
     windows = edges[:-1]
     q.step, q.windows = float(edges[1] - edges[0]) if partial else step, windows
@@ -306,6 +352,7 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         queries[col.metric] = (f"sum by ({', '.join(labels)}) ({on_fabric(expr) if col.table == 'nic' else expr})",
                                labels)
         counters[col.metric] = (col, labels)
+    transmitted, received = _increase(c.NIC_TRANSMIT_BYTES.name), _increase(c.NIC_RECEIVE_BYTES.name)
     queries |= {
         "throttled": (f"sum by (instance) (max by (instance, gpu) ({_increase(c.GPU_THROTTLED_SECONDS.name)}))",
                       ("instance",)),
@@ -317,7 +364,9 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
                       ") == 0)", ("instance",)),
         "fabric_nics": (f"count by (instance) ({fabric or 'last_over_time(' + c.NIC_UP.name + '{$M}[$S])'})",
                         ("instance",)),
-        "other_bytes": ("sum by (instance) (" + on_fabric(_increase(c.NIC_TRANSMIT_BYTES.name), keep=False) + ")",
+        # The other NICs' busier direction, as a trace's (model/frame.py).
+        "other_bytes": ("sum by (instance) (" + on_fabric(
+            f"(({transmitted}) >= ({received})) or ({received})", keep=False) + ")",
                         ("instance",)),
         "other_capacity": ("sum by (instance) (" + on_fabric(
             f"avg_over_time({c.NIC_LINK_SPEED.name}{{$M}}[$S])", keep=False) + ")", ("instance",)),
@@ -355,7 +404,7 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
 
     # Finer grain for the cluster's GPU time (sustained vs brief stalls).
     fine_step = step / FINE
-    fine_windows = np.arange(start, start + len(windows) * step - fine_step * 0.001, fine_step)
+    fine_windows = windows[0] + fine_step * np.arange(len(windows) * FINE)  # as a trace's: model/frame.py
     fine_busy, fine_idle = await asyncio.gather(
         q.by(f"sum({_increase(c.GPU_BUSY_SECONDS.name)})", (), step=fine_step, windows=fine_windows, add=True),
         q.by(f"sum by (network_state) ({_increase(c.GPU_IDLE_SECONDS.name)})", ("network_state",),
@@ -381,7 +430,7 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
                 if column is not None:
                     nic_rows.setdefault(key[:2], {"fabric": np.full(len(windows), True)})[column] = values
     # ... and into the GPUs of throttled nodes.
-    throttled = [i for i, cols in node_cols.items() if np.nanmax(cols.get("throttled", [0])) > 0][:MAX_SUSPECTS]
+    throttled = [i for i, cols in node_cols.items() if _peak(cols.get("throttled")) > 0][:MAX_SUSPECTS]
     gpu_rows: dict[tuple[str, str], dict[str, np.ndarray]] = {}
     if throttled:
         per_gpu = await asyncio.gather(*(q.by(expr, ("instance", "gpu"), throttled) for expr in (
@@ -396,7 +445,7 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
     frame = assemble(f"prometheus:{client.url}", start, end, step, scrape, windows, node_cols, nic_rows, has_gpus,
                      fine, speed_median, warnings, gpu_rows)
     frame.workloads, frame.node_fine, frame.nccl = workloads, node_fine, nccl
-    frame.config, frame.partial = config, partial
+    frame.config, frame.partial, frame.asked = config, partial, asked
     # Series that no node can be given (recording rules or remote writes that dropped it).
     try:
         frame.without_instance = len(await client.series(['{__name__=~"gpunet_.+",instance=""}'], start, end))
@@ -404,19 +453,31 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         progress(f"warning: the server refused to count the series without an instance over its limit "
                  f"({refused.limit}): not counted")
     if has_gpus:
-        frame.gpu_seconds = await _gpu_seconds(q)
+        frame.gpu_seconds = await _gpu_seconds(q, scrape)
     split = f", {q.splits} split to fit the server's limits" if q.splits else ""
     progress(f"{client.requests} queries in all{split}, {client.bytes_received / 1e6:.1f} MB received "
              f"({client.bytes_decoded / 1e6:.1f} MB of JSON)")
     return frame
 
 
-async def _gpu_seconds(q: _Queries) -> tuple[float, float]:
-    """GPU busy and idle seconds over the whole range (partial windows at its ends included)."""
-    span = f"{int(round(q.end - q.start))}s"
-    busy, idle = await asyncio.gather(*(q.instant(f"sum(increase({m}{{$M}}[{span}]))")
-                                        for m in (c.GPU_BUSY_SECONDS.name, c.GPU_IDLE_SECONDS.name)))
-    return sum(float(r["value"][1]) for r in busy), sum(float(r["value"][1]) for r in idle)  # over node groups
+async def _gpu_seconds(q: _Queries, scrape: float) -> tuple[float, float]:
+    """GPU busy and idle seconds over the whole range (partial windows at its ends included),
+    added up over windows shorter than a scrape interval: each series counts from its first
+    sample in the range, as a trace's does, even where it has none before the range."""
+    span_ms = int(round((q.end - q.start) * 1000))
+    n = max(1, int(np.ceil(2 * span_ms / 1000 / scrape)))
+    step_ms = span_ms // n  # whole milliseconds (the offsets' unit); the last window takes the rest
+    pieces = [(step_ms / 1000, q.start + step_ms / 1000 * np.arange(n - 1)),
+              ((span_ms - (n - 1) * step_ms) / 1000, np.array([q.start + (n - 1) * step_ms / 1000]))]
+    totals = [0.0, 0.0]
+    for step, windows in pieces:
+        if not len(windows):
+            continue
+        answers = await asyncio.gather(*(q.by(f"sum({_increase(m)})", (), step=step, windows=windows, add=True)
+                                         for m in (c.GPU_BUSY_SECONDS.name, c.GPU_IDLE_SECONDS.name)))
+        for k, answer in enumerate(answers):
+            totals[k] += float(sum(np.nansum(v) for v in answer.values()))
+    return totals[0], totals[1]
 
 
 async def _nccl(q: _Queries) -> pd.DataFrame:
@@ -439,29 +500,17 @@ async def _jobs_inputs(q: _Queries, has_gpus: bool, fine_step: float, fine_windo
     workloads = pd.DataFrame(rows, columns=WORKLOAD_COLUMNS)
     node_fine = pd.DataFrame()
     if has_gpus and len(q.instances) > 1:
-        # The counters themselves at every fine edge, differenced here: an increase() over a
-        # range of one scrape interval holds one sample or none.
-        edges = np.concatenate(([fine_windows[0] - fine_step], fine_windows))
         busy, idle = await asyncio.gather(
-            q.by(f"sum by (instance) ({c.GPU_BUSY_SECONDS.name}{{$M}})", ("instance",), step=fine_step,
-                 windows=edges),
-            q.by(f"sum by (instance, network_state) ({c.GPU_IDLE_SECONDS.name}{{$M}})", ("instance", "network_state"),
-                 step=fine_step, windows=edges))
-
-        def increase(values: np.ndarray) -> np.ndarray:
-            delta = np.diff(values)
-            # A sum of counters is added up in any order (VictoriaMetrics): a still counter may
-            # come back a rounding lower. A true drop is a reset (or a GPU gone): unknown.
-            rounding = 1e-9 * np.abs(values[1:])
-            delta[delta < -rounding] = np.nan
-            return np.maximum(delta, 0.0, where=np.isfinite(delta), out=delta)
-
+            q.by(f"sum by (instance) ({_increase(c.GPU_BUSY_SECONDS.name)})", ("instance",), step=fine_step,
+                 windows=fine_windows),
+            q.by(f"sum by (instance, network_state) ({_increase(c.GPU_IDLE_SECONDS.name)})",
+                 ("instance", "network_state"), step=fine_step, windows=fine_windows))
         cols: dict[str, dict[str, np.ndarray]] = {}
         for (instance,), values in busy.items():
-            cols.setdefault(instance, {})["busy"] = increase(values)
+            cols.setdefault(instance, {})["busy"] = values
         for (instance, state), values in idle.items():
             if state in c.NETWORK_STATES:
-                cols.setdefault(instance, {})[f"idle_{state}"] = increase(values)
+                cols.setdefault(instance, {})[f"idle_{state}"] = values
         node_fine = fine_table(cols, fine_windows)
     return workloads, node_fine
 
@@ -478,19 +527,28 @@ def _median(counts: dict[tuple, np.ndarray], windows: int) -> np.ndarray:
     return median
 
 
+def _peak(values: np.ndarray | None) -> float:
+    """The largest known value; 0 where none is known."""
+    if values is None or not np.isfinite(values).any():
+        return 0.0
+    return float(np.nanmax(values))
+
+
 def _suspects(node_cols: dict[str, dict[str, np.ndarray]], step: float) -> list[str]:
     """Nodes whose NICs deserve a look: pauses sent, loss, flaps, a link down, less
     capacity than their peers. Ranked by how far they stand out; at most MAX_SUSPECTS."""
     capacity = {i: c["capacity"] for i, c in node_cols.items() if "capacity" in c}
-    with np.errstate(all="ignore"):
+    # A window without data (a server that has just started) is NaN for every node: no median,
+    # no peak, and no numpy warning on the user's terminal either.
+    with np.errstate(all="ignore"), warnings.catch_warnings(action="ignore", category=RuntimeWarning):
         median_capacity = np.nanmedian(np.vstack(list(capacity.values())), axis=0) if capacity else None
     scores = {}
     for instance, cols in node_cols.items():
         score = 0.0
-        score += np.nanmax(cols.get("pfc_tx", [0])) / step / 100.0
-        score += np.nanmax(cols.get("rdma_loss", [0])) / step
-        score += 10.0 * np.nanmax(cols.get("carrier_changes", [0]))
-        score += 10.0 * np.nanmax(cols.get("nics_down", [0]))
+        score += _peak(cols.get("pfc_tx")) / step / 100.0
+        score += _peak(cols.get("rdma_loss")) / step
+        score += 10.0 * _peak(cols.get("carrier_changes"))
+        score += 10.0 * _peak(cols.get("nics_down"))
         if instance in capacity and np.any(capacity[instance] < 0.9 * median_capacity):
             score += 10.0  # some window with less link capacity than its peers: a slower or lost link
         if np.isfinite(score) and score >= 1.0:

@@ -23,12 +23,12 @@ from typing import BinaryIO, TypeVar, cast
 import numpy as np
 import pandas as pd
 
-from diagnoser.model.frame import WANTED, Frame, FrameBuilder, choose_step
+from diagnoser.model.frame import WANTED, Frame, FrameBuilder, choose_step, data_window
 from diagnoser.model.netconfig import SPARSE
 from diagnoser.sources.exposition import parse_series
 from gpunet import contract as c
 from gpunet.trace import format_labels
-from gpunet.window import LAST_SECOND, rfc3339
+from gpunet.window import LAST_SECOND
 
 BLOCK = 1 << 22  # bytes read at a time
 _T = TypeVar("_T")
@@ -754,11 +754,12 @@ def frame_of(trace: Trace, since: float | None = None, start: float | None = Non
     (a window wholly outside it is an error that names the span)."""
     end_t = end if end is not None else trace.last
     start_t = start if start is not None else (end_t - since if since is not None else trace.first)
-    start_t = max(start_t, trace.first)
-    asked_end, end_t = end_t, min(end_t, trace.last)
-    if end_t <= start_t:
-        raise TraceError(f"{trace.path}: the window holds no samples: the trace covers {rfc3339(trace.first)} .. "
-                         f"{rfc3339(trace.last)}")
+    asked = (start_t, end_t)
+    try:
+        start_t, end_t, notes = data_window(start_t, end_t, trace.first, trace.last, trace.scrape_interval,
+                                            "the trace")
+    except ValueError as e:
+        raise TraceError(f"{trace.path}: {e}") from None
     scrape = trace.scrape_interval
     builder = FrameBuilder(f"replay:{trace.path.name}", start_t, end_t, choose_step(start_t, end_t, scrape), scrape)
     # One scrape before the range (and its first whole window), so that the first increase is whole.
@@ -770,11 +771,10 @@ def frame_of(trace: Trace, since: float | None = None, start: float | None = Non
         lo = np.searchsorted(s.timestamps, since_t, side="left")
         hi = np.searchsorted(s.timestamps, end_t, side="right")
         builder.add(s.name, s.labels, s.timestamps[lo:hi], s.values[lo:hi])
-    builder.warnings.extend(trace.warnings)
-    if asked_end > end_t:
-        builder.warnings.append(f"the window asked for ends at {rfc3339(asked_end)}, after the trace's last sample: "
-                                f"cut to {rfc3339(start_t)} .. {rfc3339(end_t)}, the part the trace covers")
-    return builder.build()
+    builder.warnings.extend(trace.warnings + notes)
+    frame = builder.build()
+    frame.asked = asked if asked != (start_t, end_t) else None
+    return frame
 
 
 def frame_from_trace(path: str | Path, since: float | None = None, start: float | None = None,
