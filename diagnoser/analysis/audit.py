@@ -16,6 +16,7 @@ import pandas as pd
 
 from diagnoser.model.netconfig import ConfigSnapshot
 from diagnoser.model.report import ConfigFinding, Finding
+from gpunet.words import plural
 
 SEVERITIES = ("high", "medium", "low")
 GPU_BUSY_FOR_PCIE = 0.5  # a GPU busy at least half the window should hold its full PCIe speed
@@ -248,7 +249,7 @@ def check_ecn(v: _View) -> tuple[dict[str, list[Hit]], list[str]]:
             hits["roce_without_pfc_or_ecn"].append((*key, "no PFC priority, no ECN on any priority"))
         elif ecn is None:
             unknown += 1
-    return hits, [f"PFC/ECN state unknown on {unknown} RoCE NIC(s)"] if unknown else []
+    return hits, [f"PFC/ECN state unknown on {plural(unknown, 'RoCE NIC')}"] if unknown else []
 
 
 def check_pfc(v: _View) -> tuple[dict[str, list[Hit]], list[str]]:
@@ -309,7 +310,7 @@ def check_numa(v: _View) -> tuple[dict[str, list[Hit]], list[str]]:
             if _known(n) and n not in nic_numa:
                 hits["gpu_numa_without_nic"].append(
                     (inst, f"gpu{g}", f"GPU on NUMA {n}, fabric NICs on {','.join(sorted(nic_numa))}"))
-    return hits, [f"NUMA placement unknown on {len(unknown)} node(s) (numa_node not reported)"] if unknown else []
+    return hits, [f"NUMA placement unknown on {plural(len(unknown), 'node')} (numa_node not reported)"] if unknown else []
 
 
 def check_pcie(v: _View) -> tuple[dict[str, list[Hit]], list[str]]:
@@ -345,9 +346,9 @@ def check_pcie(v: _View) -> tuple[dict[str, list[Hit]], list[str]]:
                 hits["gpu_pcie_degraded"].append((inst, f"gpu{g}", "PCIe " + ", ".join(seen)))
     notes = []
     if unknown_nic:
-        notes.append(f"PCIe link unknown on {unknown_nic} fabric NIC(s)")
+        notes.append(f"PCIe link unknown on {plural(unknown_nic, 'fabric NIC')}")
     if unknown_gpu:
-        notes.append(f"{unknown_gpu} GPU(s) below their PCIe speed with busy time unknown: not judged")
+        notes.append(f"{plural(unknown_gpu, 'GPU')} below their PCIe speed with busy time unknown: not judged")
     return hits, notes
 
 
@@ -405,7 +406,8 @@ def check_bonds(v: _View) -> tuple[dict[str, list[Hit]], list[str]]:
                 hits["bond_layer2_hash"].append((inst, bond, f"802.3ad with xmit_hash_policy {policy}"))
         down = sorted(d for d, up in members.items() if _known(up) and up == 0)
         if down:
-            hits["bond_member_down"].append((inst, bond, f"member(s) down: {', '.join(down)}"))
+            members_down = "member" if len(down) == 1 else "members"
+            hits["bond_member_down"].append((inst, bond, f"{members_down} down: {', '.join(down)}"))
     return hits, []
 
 

@@ -28,6 +28,7 @@ import pandas as pd
 from diagnoser.analysis.phases import Change
 from diagnoser.model.frame import FINE, Frame
 from gpunet import contract as c
+from gpunet.words import plural
 
 UNATTRIBUTED = "unattributed"
 # Behaviour grouping. Independent series of n points correlate by chance with |r| of about
@@ -79,7 +80,7 @@ def split(frame: Frame) -> list[Job]:
         for k, group in enumerate(groups, 1):
             name = UNATTRIBUTED if len(groups) == 1 else f"{UNATTRIBUTED}-{k}"
             why = [] if not jobs and len(groups) == 1 else [
-                f"{len(group)} node(s) without workload information, grouped by how their GPU activity moves"]
+                f"{plural(len(group), 'node')} without workload information, grouped by how their GPU activity moves"]
             jobs.append(Job(name, group, frame.start, frame.end, "behaviour", why))
     if jobs and notes:
         jobs[0].notes.extend(notes)

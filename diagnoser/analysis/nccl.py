@@ -29,6 +29,7 @@ import pandas as pd
 from diagnoser.analysis.rules import RULES
 from diagnoser.analysis.rules.base import confirm_query
 from diagnoser.model.report import Finding
+from gpunet.words import plural
 
 SLOW = 0.7  # a rank at or below 70% of its communicator's median moved its share slowly
 LATE = 1.4  # ... at or above 140%: it arrived late, the others waited for it
@@ -74,14 +75,15 @@ def annotate(findings: list[Finding], notes: list[str], records: pd.DataFrame, i
         return
     unmatched = [h for h in per_host.index if instance_of(h, instances) is None]
     if unmatched:
-        notes.append(f"NCCL: {len(unmatched)} host(s) match no node in the window ({', '.join(unmatched[:3])})")
+        notes.append(f"NCCL: {plural(len(unmatched), 'host')} matching no node in the window ({', '.join(unmatched[:3])})")
     class_of = {r.nccl_signal: r for r in RULES.values() if r.nccl_signal}
     for host, row in per_host.iterrows():
         kind = "late" if row["ratio"] >= LATE else "slow" if row["ratio"] <= SLOW else None
         node = instance_of(host, instances)
         if kind is None or node is None:
             continue
-        figure = (f"{row['busbw']:.1f} GB/s over {int(row['ranks'])} rank(s), {row['ratio']:.2f}x its communicators' "
+        ranks = plural(int(row["ranks"]), "rank")
+        figure = (f"{row['busbw']:.1f} GB/s over {ranks}, {row['ratio']:.2f}x its communicators' "
                   f"median {row['peer_median']:.1f} GB/s: " +
                   ("it enters the collectives late, the others wait in them" if kind == "late"
                    else "it moves its share slowly (its link or transfer path)"))

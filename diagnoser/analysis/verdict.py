@@ -138,7 +138,7 @@ def too_few_peers(features: Features) -> list[str]:
     """A note (not a reason): the peer-relative class cannot be judged on a small job."""
     nodes = len(features.frame.instances)
     if 0 < nodes < MIN_PEERS:
-        return [f"{nodes} node(s): a straggler (a node slower than its peers) needs at least {MIN_PEERS} nodes to "
+        return [f"{plural(nodes, 'node')}: a straggler (a node slower than its peers) needs at least {MIN_PEERS} nodes to "
                 "compare; storms, loss, slow links and throttling were judged on their own signatures"]
     return []
 

@@ -38,6 +38,7 @@ from diagnoser.model.netconfig import ConfigCollector, ConfigSnapshot, empty_sna
 from gpunet import contract as c
 from gpunet.trace import format_labels
 from gpunet.window import rfc3339
+from gpunet.words import plural
 
 # Everything the diagnoser reads: the runtime columns and the configuration facts (the audit).
 WANTED = RUNTIME_METRICS | CONFIG_METRICS
@@ -315,7 +316,7 @@ class FrameBuilder:
         for name, bad in sorted(self._glitches.items()):  # one line per metric, its first series as the example
             labels, at, _ = bad[0]
             series = name + format_labels(labels)
-            self.warnings.append(f"{sum(n for *_, n in bad)} sample(s) of {name} in {len(bad)} series lay outside "
+            self.warnings.append(f"{plural(sum(n for *_, n in bad), 'sample')} of {name} in {len(bad)} series lay outside "
                                  f"their neighbours' range (a counter only grows: a bad reading) and were left out, "
                                  f"e.g. {series} at {rfc3339(at)}")
         frame = assemble(self.source, self.start, self.end, self.step, self.scrape_interval, windows, node_cols,

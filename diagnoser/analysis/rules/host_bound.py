@@ -7,6 +7,7 @@ import numpy as np
 
 from diagnoser.analysis.rules.base import BottleneckClass, Detection, WindowContext
 from diagnoser.model.findings import Incident
+from gpunet.words import plural
 
 # The extra idle comes with a quiet network. At a 0.2 s tick much of an input stall still
 # lands in ticks that saw the tail of an all-reduce ("active"), so the quiet share need only
@@ -68,7 +69,7 @@ def brief_stalls(incidents: list[Incident], step: float) -> tuple[list[Incident]
     notes = []
     if checkpoints:
         incidents = [i for i in incidents if i not in checkpoints]
-        notes.append(f"{len(checkpoints)} GPU stall(s) of a few minutes with the storage NICs busy (checkpoints) "
+        notes.append(f"{plural(len(checkpoints), 'GPU stall')} of a few minutes with the storage NICs busy (checkpoints) "
                      "left out")
     brief = [i for i in incidents if i.cls == "host_bound" and i.end - i.start <= BRIEF_STALL + 1e-6]
     kept, periodic = _periodic(incidents, step)
@@ -76,7 +77,7 @@ def brief_stalls(incidents: list[Incident], step: float) -> tuple[list[Incident]
         return kept, "; ".join([*notes, periodic])
     if brief:
         kept = [i for i in incidents if i not in brief]
-        notes.append(f"{len(brief)} GPU stall(s) of at most {BRIEF_STALL / 60:.1f} min with a quiet network "
+        notes.append(f"{plural(len(brief), 'GPU stall')} of at most {BRIEF_STALL / 60:.1f} min with a quiet network "
                      "(a checkpoint?) left out")
     return kept, "; ".join(notes) or None
 
