@@ -34,8 +34,10 @@ def assert_server_agrees_with_file(trace, url: str) -> None:
         assert server_doc[key] == file_doc[key], key
     assert server_doc["gpu_idle_fraction"] == pytest.approx(file_doc["gpu_idle_fraction"], abs=0.001)
     assert ("cost" in server_doc) == ("cost" in file_doc)
+    # A node that joins inside the range counts from its first whole window on the server (the
+    # part of a window after its first sample is in the file's count): 0.2% of healthy_join_leave.
     for key in ("gpu_hours", "gpu_hours_idle", "gpu_hours_lost_to_findings") if "cost" in file_doc else ():
-        assert server_doc["cost"][key] == pytest.approx(file_doc["cost"][key], abs=0.011), key
+        assert server_doc["cost"][key] == pytest.approx(file_doc["cost"][key], abs=0.011, rel=0.005), key
     # The capacity advice measures the same traffic both ways (bursts and line-rate time
     # summed on the server).
     a, b = file_doc.get("capacity"), server_doc.get("capacity")

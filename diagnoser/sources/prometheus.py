@@ -61,7 +61,6 @@ NIC_DRILL_DOWN = ("speed", "up", "pfc_", "rdma_loss", "carrier_changes", "tx_byt
 # it, on PromQL engines and MetricsQL alike (no extrapolation, no first sample counted from
 # zero); a decrease is a reset, and the counter's value after it is what it grew by.
 BEFORE_EDGE = " offset 1ms"
-LOOKBACK = "5m"  # how far back a counter's last sample is looked for: PromQL's default lookback
 
 _SERIES = re.compile(rb'\{"metric":(\{[^{}]*\}),"values":\[(.*?)\]\}')
 
@@ -86,10 +85,11 @@ def _matrix(body: bytes) -> object:
 def _increase(metric: str, selector: str = "$M") -> str:
     """A counter's growth within each window, per series (see BEFORE_EDGE); absent where the
     series had no sample before the window."""
-    # last_over_time over the lookback PromQL gives a bare selector: MetricsQL's own lookback
-    # for one depends on the query step, and would miss samples on a step finer than the scrapes.
-    now = f"last_over_time({metric}{{{selector}}}[{LOOKBACK}]$O)"
-    before = f"last_over_time({metric}{{{selector}}}[{LOOKBACK}] offset $B)"
+    # The last sample within $L (a window, and at least two scrapes): an explicit lookback,
+    # where a bare selector's is the engine's own (MetricsQL's depends on the query step and
+    # misses samples on a step finer than the scrapes; PromQL's 5 minutes reads more).
+    now = f"last_over_time({metric}{{{selector}}}[$L]$O)"
+    before = f"last_over_time({metric}{{{selector}}}[$L] offset $B)"
     return f"(({now} - {before}) >= 0 or ({now} < {before}))"
 
 
@@ -100,12 +100,14 @@ def _nic_expr(col: Column, labels: tuple[str, ...]) -> str:
     return f"{'avg' if col.how == 'mean' else 'min'}_over_time({col.metric}{{$M}}[$S])"
 
 
-def _expression(template: str, matcher: str, window: float) -> str:
+def _expression(template: str, matcher: str, window: float, scrape: float) -> str:
     """`template` for one query: $M the instance matcher, $S the window, $O and $B the offsets
-    of the window's end and start (BEFORE_EDGE); a range selector ends where the window does."""
+    of the window's end and start (BEFORE_EDGE), $L how far back a last sample is looked for;
+    a range selector ends where the window does."""
     ms = int(round(window * 1000))
+    lookback = max(ms, int(round(2 * scrape * 1000)))
     return (template.replace("[$S])", "[$S]$O)").replace("$M", matcher).replace("$S", f"{ms}ms")
-            .replace("$O", BEFORE_EDGE).replace("$B", f"{ms + 1}ms"))
+            .replace("$O", BEFORE_EDGE).replace("$B", f"{ms + 1}ms").replace("$L", f"{lookback}ms"))
 
 
 class _Queries:
@@ -118,6 +120,7 @@ class _Queries:
                  progress: Callable[[str], None]):
         self.client, self.start, self.end, self.instances, self.progress = client, start, end, instances, progress
         self.step, self.windows = 0.0, np.empty(0)  # set once the scrape interval is known
+        self.scrape = SCRAPE_FALLBACK
         self.splits = 0  # queries refused over a server limit, halved and run again
         self._said: set[str] = set()
 
@@ -167,7 +170,7 @@ class _Queries:
         limit, its halves: by nodes while a group has two and the limit is not on points per
         series, else by time."""
         matcher = "" if group is None else 'instance=~"' + "|".join(regex_literal(i) for i in group) + '"'
-        expr = _expression(template, matcher, step if windows is not None else self.end - self.start)
+        expr = _expression(template, matcher, step if windows is not None else self.end - self.start, self.scrape)
         try:
             if windows is None:
                 return [await self.client.query(expr, self.end)]
@@ -312,7 +315,7 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
                         f"{SCRAPE_FALLBACK:.0f}s (windows of {choose_step(start, end, scrape):.0f}s)")
         progress(f"warning: {warnings[-1]}")
     else:
-        scrape = found.scrape_interval
+        scrape = q.scrape = found.scrape_interval
         try:
             start, end, notes = data_window(start, end, found.first, found.last, scrape, "the data")
         except ValueError as e:
@@ -453,22 +456,37 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         progress(f"warning: the server refused to count the series without an instance over its limit "
                  f"({refused.limit}): not counted")
     if has_gpus:
-        frame.gpu_seconds = await _gpu_seconds(q, scrape)
+        frame.gpu_seconds = await _gpu_seconds(q, frame.node, partial)
     split = f", {q.splits} split to fit the server's limits" if q.splits else ""
     progress(f"{client.requests} queries in all{split}, {client.bytes_received / 1e6:.1f} MB received "
              f"({client.bytes_decoded / 1e6:.1f} MB of JSON)")
     return frame
 
 
-async def _gpu_seconds(q: _Queries, scrape: float) -> tuple[float, float]:
-    """GPU busy and idle seconds over the whole range (partial windows at its ends included),
-    added up over windows shorter than a scrape interval: each series counts from its first
-    sample in the range, as a trace's does, even where it has none before the range."""
-    span_ms = int(round((q.end - q.start) * 1000))
-    n = max(1, int(np.ceil(2 * span_ms / 1000 / scrape)))
+async def _gpu_seconds(q: _Queries, node: pd.DataFrame, partial: bool) -> tuple[float, float]:
+    """GPU busy and idle seconds over the whole range: the whole windows' (already read), and
+    the partial windows at either end read over windows shorter than a scrape interval, so
+    that each series counts from its first sample in the range, as a trace's does, even where
+    it has none before the range (a server that has just started)."""
+    idle_columns = [f"idle_{state}" for state in c.NETWORK_STATES if f"idle_{state}" in node]
+    busy = float(np.nansum(node["busy"])) if "busy" in node and not partial else 0.0
+    idle = float(np.nansum(node[idle_columns].to_numpy())) if idle_columns and not partial else 0.0
+    ends = [(q.start, q.end)] if partial else [(q.start, float(q.windows[0])), (float(q.windows[-1]) + q.step, q.end)]
+    for a, b in ends:
+        more_busy, more_idle = await _gpu_seconds_between(q, a, b)
+        busy, idle = busy + more_busy, idle + more_idle
+    return busy, idle
+
+
+async def _gpu_seconds_between(q: _Queries, a: float, b: float) -> tuple[float, float]:
+    """GPU busy and idle seconds in [a, b), over windows of half a scrape interval."""
+    span_ms = int(round((b - a) * 1000))
+    if span_ms <= 0:
+        return 0.0, 0.0
+    n = max(1, int(np.ceil(2 * span_ms / 1000 / q.scrape)))
     step_ms = span_ms // n  # whole milliseconds (the offsets' unit); the last window takes the rest
-    pieces = [(step_ms / 1000, q.start + step_ms / 1000 * np.arange(n - 1)),
-              ((span_ms - (n - 1) * step_ms) / 1000, np.array([q.start + (n - 1) * step_ms / 1000]))]
+    pieces = [(step_ms / 1000, a + step_ms / 1000 * np.arange(n - 1)),
+              ((span_ms - (n - 1) * step_ms) / 1000, np.array([a + (n - 1) * step_ms / 1000]))]
     totals = [0.0, 0.0]
     for step, windows in pieces:
         if not len(windows):
