@@ -1,14 +1,23 @@
 """Soak: 50 concurrent scrapers for 60 s against the exporter on a fixture node with 8 NICs
-and 8 GPUs (loopback only), alone or beside a hostile mix.
+and 8 GPUs (loopback only), alone, beside a hostile mix, or beside a flood.
 
     python bench/soak.py [--scrapers 50] [--seconds 60]
     python bench/soak.py --hostile      # the same, beside the hostile mix below
+    python bench/soak.py --flood [--fresh-connections]   # one scraper beside the flood below
 
 --hostile serves with basic auth (bcrypt cost 10; the honest scrapers have the password)
 and adds, each looping for the whole run: clients that send a request and never read
 (--slow-readers 40), connections that never send (--idle 40), requests whose header never
 ends (--half-sent 40), password guessers (--guessers 20) and senders of malformed requests
 (--malformed 10).
+
+--flood is the attack of issue 40: 300 connections that never send, against the default cap
+of 256 connections, and 100 password guessers, each reconnecting or guessing again as soon
+as it is answered, beside one honest scraper (--scrapers 1, every 0.1 s) with the password.
+The honest scraper connects from 127.0.0.2, the hostile clients from 127.0.0.1: a scraper
+and its attackers are different hosts. --fresh-connections: each honest scrape on a new
+connection (as after a reload, or a scraper without keep-alive), which must win a place at
+the cap.
 
 Prints the honest scrapes' count, errors and latency percentiles, what the hostile clients
 got, RSS every 10 s (it must stay flat after warm-up and under the systemd unit's
@@ -35,6 +44,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parent.parent
 ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.1"
+HONEST_ADDRESS = "127.0.0.2"  # the honest scrapers' own address; the hostile clients use 127.0.0.1
+FLOOD = {"idle": 300, "guessers": 100}  # --flood: silent connections past the default cap, guessers
 
 
 def rss_mb(pid: int) -> float:
@@ -42,6 +53,12 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU the process has used (/proc/PID/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def self_metrics(session: aiohttp.ClientSession, url: str) -> dict:
@@ -118,7 +135,7 @@ def run_hostiles(url: str, mix: dict[str, int], seconds: float) -> dict[str, int
 
 
 async def soak(url: str, pid: int, scrapers: int, seconds: float, interval: float = 0.0,
-               mix: dict[str, int] | None = None) -> None:
+               mix: dict[str, int] | None = None, fresh_connections: bool = False) -> None:
     latencies: list[float] = []
     errors: dict[str, int] = {}
     rss: list[tuple[float, float]] = []
@@ -126,8 +143,11 @@ async def soak(url: str, pid: int, scrapers: int, seconds: float, interval: floa
     headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip"}
     if mix:
         headers["Authorization"] = aiohttp.encode_basic_auth("prometheus", PASSWORD)
-    async with aiohttp.ClientSession(headers=headers) as session:
+    connector = aiohttp.TCPConnector(local_addr=(HONEST_ADDRESS, 0), force_close=fresh_connections,
+                                     limit=max(scrapers, 100))
+    async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
         before = await self_metrics(session, url)
+        cpu_before = cpu_seconds(pid)
         # The hostile clients run in a process of their own, so that their work does not
         # delay the honest scrapers' own event loop (and read as server latency).
         pool = ProcessPoolExecutor(1)
@@ -160,6 +180,7 @@ async def soak(url: str, pid: int, scrapers: int, seconds: float, interval: floa
 
         results = await asyncio.gather(watch(), *(scraper() for _ in range(scrapers)), *hostiles)
         outcomes = results[-1] if mix else {}
+        cpu = cpu_seconds(pid) - cpu_before
         pool.shutdown()
         after = await self_metrics(session, url)
         async with session.get(url) as resp:
@@ -171,11 +192,15 @@ async def soak(url: str, pid: int, scrapers: int, seconds: float, interval: floa
     latencies.sort()
     q = lambda p: 1000 * latencies[min(int(p * len(latencies)), len(latencies) - 1)]  # noqa: E731
     pace = f"each every {interval:g} s" if interval else "back to back"
-    print(f"{scrapers} scrapers ({pace}) x {seconds:.0f} s: {len(latencies)} scrapes ({len(latencies) / seconds:.0f}/s), "
+    connections = "a new connection each" if fresh_connections else "kept alive"
+    print(f"{scrapers} scrapers ({pace}, {connections}) x {seconds:.0f} s: {len(latencies)} of "
+          f"{len(latencies) + sum(errors.values())} scrapes answered 200 ({len(latencies) / seconds:.0f}/s), "
           f"errors {errors or 0}")
     print(f"latency ms: p50 {q(0.5):.2f}  p90 {q(0.9):.2f}  p99 {q(0.99):.2f}  max {1000 * latencies[-1]:.2f}")
     print("RSS MB over time: " + ", ".join(f"{t:.0f}s {m:.1f}" for t, m in rss) +
           f"; max {max(m for _, m in rss):.1f} (the unit's MemoryMax: 128)")
+    print(f"exporter CPU: {100 * cpu / seconds:.0f}% of a core (of {os.cpu_count()} here, "
+          f"load average {os.getloadavg()[0]:.1f} at the end)")
     if mix:
         print("hostile mix: " + ", ".join(f"{k} {v}" for k, v in mix.items()))
         print("hostile clients got: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
@@ -190,11 +215,14 @@ async def soak(url: str, pid: int, scrapers: int, seconds: float, interval: floa
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--scrapers", type=int, default=50)
+    p.add_argument("--scrapers", type=int, default=None, help="concurrent honest scrapers (default 50; 1 with --flood)")
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--interval", type=float, default=None,
                    help="seconds between one scraper's scrapes (default: back to back; 1 with --hostile)")
     p.add_argument("--hostile", action="store_true", help="add the hostile mix, with basic auth on")
+    p.add_argument("--flood", action="store_true",
+                   help="300 silent connections and 100 guessers beside one scraper, with basic auth on")
+    p.add_argument("--fresh-connections", action="store_true", help="each honest scrape on a new connection")
     p.add_argument("--slow-readers", type=int, default=40)
     p.add_argument("--idle", type=int, default=40)
     p.add_argument("--half-sent", type=int, default=40)
@@ -203,6 +231,10 @@ def main() -> int:
     args = p.parse_args()
     mix = {"slow": args.slow_readers, "idle": args.idle, "half": args.half_sent, "guessers": args.guessers,
            "malformed": args.malformed} if args.hostile else None
+    scrapers, interval = args.scrapers or (1 if args.flood else 50), args.interval
+    if args.flood:
+        mix = dict(FLOOD)
+        interval = 0.1 if interval is None else interval
     with tempfile.TemporaryDirectory() as tmp:
         node = Path(tmp) / "node"
         subprocess.run([sys.executable, str(REPO / "bench" / "make_fixture.py"), str(node)], check=True,
@@ -220,8 +252,9 @@ def main() -> int:
                                  f"127.0.0.1:{port}", *flags], cwd=REPO, stderr=subprocess.DEVNULL)
         try:
             time.sleep(3)  # start and warm up
-            interval = args.interval if args.interval is not None else 1.0 if mix else 0.0
-            asyncio.run(soak(f"http://127.0.0.1:{port}/metrics", proc.pid, args.scrapers, args.seconds, interval, mix))
+            interval = interval if interval is not None else 1.0 if mix else 0.0
+            asyncio.run(soak(f"http://127.0.0.1:{port}/metrics", proc.pid, scrapers, args.seconds, interval, mix,
+                             args.fresh_connections))
         finally:
             proc.terminate()
             proc.wait(10)

@@ -10,14 +10,31 @@ nothing later needs them."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import signal
 import sys
 
 from exporter.settings import parse_args
 
 
+def note_sighup_while_starting(args: argparse.Namespace) -> None:
+    """Until the server installs its own handlers (exporter/cli.py, before it reads the web
+    config and binds the port), a SIGHUP would kill the exporter by default, and systemd counts
+    that a clean exit. It comes before the config is read, so there is nothing to reload: it
+    is noted, and the server logs it."""
+    args.sighup_while_starting = False
+
+    def noted(signum: int, frame: object) -> None:
+        args.sighup_while_starting = True
+
+    signal.signal(signal.SIGHUP, noted)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.command == "serve":
+        note_sighup_while_starting(args)  # before the imports below, which take a while
     if args.web_config_file is None:
         # A None entry makes `import ssl` raise ImportError, which the standard library and
         # aiohttp take as a Python built without OpenSSL. setdefault: never undo an import.

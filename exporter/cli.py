@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -62,8 +63,54 @@ def gpu_source(args: argparse.Namespace, root: Root) -> GpuSource | None:
     return None  # a fixture node without GPUs
 
 
+class ServerSignals:
+    """SIGTERM and SIGINT stop the server; SIGHUP reloads the web config. Installed first
+    thing in `serve`, before the config is read and the port bound: a config reloader sends
+    SIGHUP as soon as the port accepts, and a death by SIGHUP (the default action) is a clean
+    exit to systemd, which then leaves the exporter down (Restart=on-failure). A SIGHUP
+    before the server is up is logged and applied once it is; reloads run one at a time."""
+
+    def __init__(self, config_file: str | None):
+        self.config_file = config_file
+        self.stop = asyncio.Event()
+        self._reload: Callable[[], Awaitable[None]] | None = None  # set once serving
+        self._pending = False
+        self._one_at_a_time = asyncio.Lock()
+        self._reloads: set[asyncio.Task] = set()  # referenced until done
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self.on_sighup)
+
+    def on_sighup(self) -> None:
+        if not self.config_file:
+            log.info("SIGHUP: there is no --web.config.file to reload")
+            return
+        if self._reload is None:
+            self._pending = True
+            log.info("SIGHUP while starting: %s is read again once serving", self.config_file)
+            return
+        task = asyncio.get_running_loop().create_task(self._reload_in_turn(self._reload))
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    def serving(self, reload: Callable[[], Awaitable[None]]) -> None:
+        """The server is up: SIGHUP runs `reload` from now on, and now if one came before."""
+        self._reload = reload
+        if self._pending:
+            self._pending = False
+            self.on_sighup()
+
+    async def _reload_in_turn(self, reload: Callable[[], Awaitable[None]]) -> None:
+        async with self._one_at_a_time:
+            await reload()
+
+
 async def serve(args: argparse.Namespace) -> None:
     gc_settings.set_thresholds()
+    signals = ServerSignals(args.web_config_file)  # before the port is bound
+    if getattr(args, "sighup_while_starting", False):  # noted by exporter/__main__.py before this
+        log.info("SIGHUP while starting, before %s was read: nothing to reload", args.web_config_file)
     web_config = WebConfig.load(args.web_config_file) if args.web_config_file else None
     limits = Limits(args.web_max_connections or default_max_connections(), args.web_header_timeout,
                     args.web_idle_timeout, args.web_write_timeout)
@@ -71,9 +118,9 @@ async def serve(args: argparse.Namespace) -> None:
     registry = Registry(args.root)
     connections = Connections(limits, registry)
     sampler = make_sampler(args, registry)
-    quiet_server_logs(registry)
     runner = web.AppRunner(make_app(registry, sampler, access, connections), access_log=None,
-                           keepalive_timeout=limits.idle_timeout, shutdown_timeout=1.0)
+                           logger=quiet_server_logs(registry), keepalive_timeout=limits.idle_timeout,
+                           shutdown_timeout=1.0)
     await runner.setup()
     host, port = args.listen
     listener = Listener(host, port, runner, connections)
@@ -82,8 +129,6 @@ async def serve(args: argparse.Namespace) -> None:
     gc_settings.freeze_what_is_set_up()
     log.info("gpunet-exporter %s serving %s://%s:%d/metrics (root %s)", __version__,
              "https" if web_config and web_config.context else "http", host, port, args.root)
-    loop = asyncio.get_running_loop()
-    reloading: list[asyncio.Task] = []
 
     async def reload() -> None:
         try:
@@ -98,20 +143,13 @@ async def serve(args: argparse.Namespace) -> None:
         if fresh.context is not None:
             await listener.serve(fresh.context)  # new connections get the freshly built context
         access.web_config = fresh
-        # Connections made under the old file (a removed CA, certificate or user) end after
-        # their request in progress; scrapers reconnect under the new one.
+        # Connections made under the old file (a removed CA, certificate or user) end: idle
+        # ones at once, the others after their request in progress; scrapers reconnect.
         connections.close_connections()
         log.info("reloaded %s", args.web_config_file)
 
-    def on_sighup() -> None:
-        if args.web_config_file:
-            reloading[:] = [loop.create_task(reload())]
-
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, on_sighup)
-    await stop.wait()
+    signals.serving(reload)
+    await signals.stop.wait()
     log.info("stopping")
     # Within 5 s whatever is hung: connections get a second to finish, the sampler two; a
     # read stuck in the kernel stays behind in a daemon thread, which does not hold the exit.

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -34,7 +36,77 @@ def wants_gzip(accept_encoding: str) -> bool:
 
 MAX_REQUEST_BYTES = 16 * 1024  # a scrape has no body
 WRITE_CHUNK = 64 * 1024  # a client that does not read holds one chunk of its body, not all of it
-PASSWORD_CHECKS = 2  # bcrypt checks at once; more get 503 at once instead of queueing behind guessers
+BCRYPT_THREADS = 2  # bcrypt checks running at once, each ~70 ms of a core at cost 10
+MOST_CLIENTS = 64  # clients with password checks running or waiting; more get 503 at once
+
+
+def client_of(remote: str | None) -> str:
+    """Who a password check is counted against: the client's address, or its /64 for IPv6,
+    where one host commonly holds a whole /64."""
+    try:
+        address = ipaddress.ip_address(remote or "")
+    except ValueError:
+        return remote or ""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:  # an IPv4 client of a dual-stack socket
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
+
+
+class PasswordChecks:
+    """The bcrypt checks, fair between clients: one at a time per client, its other requests
+    waiting their turn, first come first served; `threads` at once in all. So guessers from
+    one address hold one thread at most, and a scraper elsewhere whose password is not
+    verified yet is checked at once (before, guessers held both slots and every such login
+    got 503). Guesses waiting their turn cost only their connections (which the connection
+    cap sheds when it must: exporter/connections.py); answered 503 at once instead, 100
+    guessers had the server answer a thousand guesses a second, scrapes queueing behind them
+    on the event loop. A request whose very credentials are being checked waits for that
+    check. At most `most_clients` clients at once: more get 503."""
+
+    def __init__(self, threads: int = BCRYPT_THREADS, most_clients: int = MOST_CLIENTS):
+        # bcrypt holds the GIL only briefly; its own threads keep it off the event loop and
+        # off the default executor.
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gpunet-bcrypt")
+        self.most_clients = most_clients
+        self._turns: dict[str, asyncio.Lock] = {}  # per client with requests checking or waiting
+        self._queued: dict[str, int] = {}  # how many
+        self._running: dict[tuple[int, str | None], asyncio.Future[bool]] = {}  # (config, header) -> check
+
+    async def check(self, config: WebConfig, header: str | None, client: str,
+                    gone: Callable[[], bool]) -> bool | None:
+        """True/False; None when too many clients are at it, or the request's connection is
+        `gone` (shed, or closed by the client) by its turn: its check would be wasted."""
+        key = (id(config), header)  # a check under a config replaced since is not shared
+        if key in self._running:
+            return await asyncio.shield(self._running[key])
+        if client not in self._turns and len(self._turns) >= self.most_clients:
+            return None
+        turn = self._turns.setdefault(client, asyncio.Lock())  # asyncio's Lock: first come, first served
+        self._queued[client] = self._queued.get(client, 0) + 1
+        try:
+            async with turn:
+                if gone():
+                    return None
+                future = self._running.get(key)  # started meanwhile for another client
+                if future is None:
+                    future = self._start(config, header, key)
+                # Shielded: a request that goes away does not cancel a check others wait for.
+                return await asyncio.shield(future)
+        finally:
+            self._queued[client] -= 1
+            if not self._queued[client]:
+                del self._queued[client], self._turns[client]
+
+    def _start(self, config: WebConfig, header: str | None, key: tuple[int, str | None]) -> asyncio.Future[bool]:
+        future = asyncio.get_running_loop().run_in_executor(self.pool, config.verify, header)
+        self._running[key] = future
+        future.add_done_callback(lambda _: self._running.pop(key, None))
+        return future
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 class Access:
@@ -44,10 +116,8 @@ class Access:
                  limits: Limits | None = None):
         self.in_flight = asyncio.Semaphore(max_requests)
         self.limits = limits or Limits()
-        self.password_checks = asyncio.Semaphore(PASSWORD_CHECKS)
-        # bcrypt holds the GIL only briefly; its own threads keep it off the event loop and
-        # off the default executor.
-        self.bcrypt_pool = ThreadPoolExecutor(PASSWORD_CHECKS, thread_name_prefix="gpunet-bcrypt")
+        self.password_checks = PasswordChecks()
+        self._web_config: WebConfig | None = None
         self.web_config = web_config
 
     @property
@@ -56,24 +126,28 @@ class Access:
 
     @web_config.setter
     def web_config(self, config: WebConfig | None) -> None:
+        if config is not None and self._web_config is not None:
+            # A reload: passwords verified under the previous file stay verified where the
+            # user's hash is unchanged, so no scraper waits on bcrypt again (behind guessers).
+            config.keep_verified(self._web_config)
         self._web_config = config
         self.bucket = TokenBucket(*config.rate_limit) if config is not None and config.rate_limit else None
 
     def close(self) -> None:
-        self.bcrypt_pool.shutdown(wait=False, cancel_futures=True)
+        self.password_checks.close()
 
-    async def authorised(self, header: str | None) -> bool | None:
-        """True/False; None when the password checks are all busy (answer 503)."""
+    def known(self, header: str | None) -> bool | None:
+        """Allowed or not, when that needs no bcrypt; None when `check_password` must run."""
+        config = self.web_config
+        return True if config is None else config.cached(header)
+
+    async def check_password(self, header: str | None, remote: str | None,
+                             gone: Callable[[], bool] = lambda: False) -> bool | None:
+        """The bcrypt check, in its client's turn; None: answer 503 (PasswordChecks.check)."""
         config = self.web_config
         if config is None:
             return True
-        known = config.cached(header)
-        if known is not None:
-            return known
-        if self.password_checks.locked():
-            return None
-        async with self.password_checks:
-            return await asyncio.get_running_loop().run_in_executor(self.bcrypt_pool, config.verify, header)
+        return await self.password_checks.check(config, header, client_of(remote), gone)
 
 
 class TokenBucket:
@@ -127,24 +201,28 @@ class SlowClientSafeBody(web.StreamResponse):
         await super().write_eof(data)
 
 
-class QuietBadRequests(logging.Filter):
-    """aiohttp logs every request it cannot parse at ERROR with a traceback: anyone who can
-    connect could fill the disk with garbage. Such requests are answered 400 by aiohttp all
-    the same; here they are counted (gpunet_exporter_http_bad_requests_total) and logged
-    once each at debug, in one line. Errors of the exporter's own handlers still log."""
+class BadRequestLog(logging.LoggerAdapter):
+    """The logger aiohttp's connection handlers are given (AppRunner(logger=...)): every
+    request aiohttp cannot parse is logged through it with its error. aiohttp logs garbage,
+    binary and a TLS hello on the plain port (a bad method in a connection's first request)
+    at debug, which a logging filter never sees at the default level, and other malformed
+    requests at ERROR with a traceback, with which anyone who can connect could fill the
+    disk. Here each is counted (gpunet_exporter_http_bad_requests_total) and said in one line
+    at debug; aiohttp answers it 400 all the same. Everything else goes to aiohttp's logger."""
 
     def __init__(self, registry: Registry):
-        super().__init__()
+        super().__init__(logging.getLogger("aiohttp.server"), {})
         self.registry = registry
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
+    def log(self, level: int, msg: object, *args: object, exc_info: Any = None, **kwargs: Any) -> None:
+        error = exc_info[1] if isinstance(exc_info, tuple) else exc_info
         if isinstance(error, HttpProcessingError):
             self.registry.count_bad_request()
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("bad request: %s: %s", record.getMessage(), " ".join(str(error).split())[:200])
-            return False
-        return True
+                said = str(msg) % args if args else str(msg)
+                log.debug("bad request: %s: %s", said, " ".join(str(error).split())[:200])
+            return
+        super().log(level, msg, *args, exc_info=exc_info, **kwargs)
 
 
 class OneLineAcceptErrors(logging.Filter):
@@ -158,19 +236,13 @@ class OneLineAcceptErrors(logging.Filter):
         return True
 
 
-def quiet_server_logs(registry: Registry) -> QuietBadRequests:
-    """Install the filters (once per process): bad requests counted, not logged, on aiohttp's
-    server logger; failed accepts in one line on asyncio's. Returns the first."""
-    server_log = logging.getLogger("aiohttp.server")
-    for f in server_log.filters:
-        if isinstance(f, QuietBadRequests):
-            server_log.removeFilter(f)
-    quiet = QuietBadRequests(registry)
-    server_log.addFilter(quiet)
+def quiet_server_logs(registry: Registry) -> BadRequestLog:
+    """Failed accepts in one line on asyncio's logger (installed once per process); returns
+    the logger to give aiohttp's connection handlers, which counts bad requests."""
     asyncio_log = logging.getLogger("asyncio")
     if not any(isinstance(f, OneLineAcceptErrors) for f in asyncio_log.filters):
         asyncio_log.addFilter(OneLineAcceptErrors())
-    return quiet
+    return BadRequestLog(registry)
 
 
 def make_app(registry: Registry, sampler: Sampler | None = None, access: Access | None = None,
@@ -185,37 +257,53 @@ def make_app(registry: Registry, sampler: Sampler | None = None, access: Access 
     async def guard(request: web.Request, handler):
         if connections is not None:
             connections.request_started(request.transport)
-        try:
-            response = await checked(request, handler)
-            if access.web_config is not None and not response.prepared:
-                response.headers.update(access.web_config.headers)
-            return response
-        finally:
-            if connections is not None:
-                connections.request_finished(request.transport)
+        response = await checked(request, handler)
+        if access.web_config is not None and not response.prepared:
+            response.headers.update(access.web_config.headers)
+        if connections is not None and connections.closing(request.transport) and not response.prepared:
+            response.force_close()  # a reload came: "Connection: close", the client reconnects
+        return response
 
     async def checked(request: web.Request, handler) -> web.StreamResponse:
         config = access.web_config
         if access.bucket is not None and not access.bucket.take():
             return refuse("rate_limit", 429, "rate limit exceeded\n")
+        if config is not None and config.allowed_sans:
+            transport = request.transport
+            if not config.allows_peer(transport.get_extra_info("peercert") if transport else None):
+                return refuse("client_cert", 403, "client certificate not allowed\n")
+        # The password before a request slot: a check waiting for bcrypt holds no slot that
+        # a scrape with verified credentials needs.
+        header = request.headers.get("Authorization")
+        allowed = access.known(header)
+        if allowed is None:
+            allowed = await password_checked(request, header)
+        if allowed is None:
+            if request.transport is None or request.transport.is_closing():
+                return web.Response(status=503)  # gone while it waited its turn: not refused, not counted
+            return refuse("auth_busy", 503, "too many password checks at once\n", {"Retry-After": "1"})
+        if not allowed:
+            return web.Response(status=401, text="Unauthorized\n",
+                                headers={"WWW-Authenticate": 'Basic realm="gpunet-exporter"'})
         if access.in_flight.locked():
             # node_exporter's --web.max-requests: shed load rather than queue scrapes.
             return refuse("request_limit", 503, "too many concurrent requests\n")
-        # The slot covers the checks (the password check included) and the handler; a body
-        # is sent after it is released (SlowClientSafeBody), so clients that do not read hold
-        # connections (capped, timed out) but never the slots honest scrapes need.
+        # The slot covers the handler; a body is sent after it is released
+        # (SlowClientSafeBody), so clients that do not read hold connections (capped, timed
+        # out) but never the slots honest scrapes need.
         async with access.in_flight:
-            if config is not None and config.allowed_sans:
-                transport = request.transport
-                if not config.allows_peer(transport.get_extra_info("peercert") if transport else None):
-                    return refuse("client_cert", 403, "client certificate not allowed\n")
-            allowed = await access.authorised(request.headers.get("Authorization"))
-            if allowed is None:
-                return refuse("auth_busy", 503, "too many password checks at once\n", {"Retry-After": "1"})
-            if not allowed:
-                return web.Response(status=401, text="Unauthorized\n",
-                                    headers={"WWW-Authenticate": 'Basic realm="gpunet-exporter"'})
             return await handler(request)
+
+    async def password_checked(request: web.Request, header: str | None) -> bool | None:
+        transport = request.transport
+        if connections is not None:
+            connections.waiting(transport, True)  # it can be shed at the cap meanwhile
+        try:
+            return await access.check_password(header, request.remote,
+                                               lambda: transport is None or transport.is_closing())
+        finally:
+            if connections is not None:
+                connections.waiting(transport, False)
 
     async def metrics(request: web.Request) -> web.StreamResponse:
         if sampler is not None and sampler.scrapes is not None and request.method == "GET":  # not a HEAD probe

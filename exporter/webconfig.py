@@ -33,6 +33,7 @@ import hmac
 import ipaddress
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -91,7 +92,7 @@ class WebConfig:
     allowed_sans: frozenset[str] = frozenset()  # normalised (IPs in their canonical form)
     headers: dict[str, str] = field(default_factory=dict)
     rate_limit: tuple[float, int] | None = None  # (seconds between requests, burst)
-    _verified: dict[tuple[str, bytes], bool] = field(default_factory=dict)
+    _verified: dict[str, bytes] = field(default_factory=dict)  # user -> digest of the verified password
 
     @classmethod
     def load(cls, path: str | Path) -> WebConfig:
@@ -124,8 +125,10 @@ class WebConfig:
 
     # --- basic auth --------------------------------------------------------------------
     # bcrypt is slow on purpose (~70 ms at cost 10), so the server asks `cached` on its event
-    # loop and runs `verify` on a worker, a few at a time (exporter/server.py). A checked pair
-    # is remembered by a keyed digest, never in clear.
+    # loop and runs `verify` on a worker, a few at a time (exporter/server.py). A verified
+    # password is remembered, one per user (a hash matches one password), by a digest keyed
+    # with the user's hash, never in clear; wrong ones are not remembered, so guesses, however
+    # many, cannot push out what the real scraper needs, and a reload keeps what still holds.
     def cached(self, header: str | None) -> bool | None:
         """True/False when known without bcrypt; None when `verify` must run."""
         if not self.users:
@@ -133,7 +136,10 @@ class WebConfig:
         pair = _credentials(header)
         if pair is None or pair[0] not in self.users:
             return False
-        return self._verified.get(self._key(*pair))
+        verified = self._verified.get(pair[0])
+        if verified is not None and hmac.compare_digest(verified, self._digest(*pair)):
+            return True
+        return None
 
     def verify(self, header: str | None) -> bool:
         """The bcrypt check (blocking: run it off the event loop)."""
@@ -147,13 +153,19 @@ class WebConfig:
             good = bcrypt.checkpw(password.encode(), self.users[user])
         except ValueError:  # a password bcrypt refuses (over 72 bytes in bcrypt 5) is no match
             good = False
-        if len(self._verified) > 1000:
-            self._verified.clear()
-        self._verified[self._key(user, password)] = good
+        if good:
+            self._verified[user] = self._digest(user, password)
         return good
 
-    def _key(self, user: str, password: str) -> tuple[str, bytes]:
-        return user, hmac.new(self.users[user], password.encode(), hashlib.sha256).digest()
+    def keep_verified(self, previous: WebConfig) -> None:
+        """Take over the passwords verified under the previous file, for the users whose
+        hash is the same in this one (a changed or removed user is checked anew)."""
+        for user, verified in previous._verified.items():
+            if user in self.users and self.users[user] == previous.users.get(user):
+                self._verified.setdefault(user, verified)
+
+    def _digest(self, user: str, password: str) -> bytes:
+        return hmac.new(self.users[user], password.encode(), hashlib.sha256).digest()
 
     def allows_peer(self, peercert: dict | None) -> bool:
         """client_allowed_sans: the verified client certificate names one of them."""
@@ -228,14 +240,19 @@ def _tls_context(path: Path, tls: dict) -> ssl.SSLContext:
         raise WebConfigError(f"{path}: tls_server_config.prefer_server_cipher_suites: expected true or false")
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca_file = _readable(path, tls, "client_ca_file") if tls.get("client_ca_file") else None
+    loading = "min_version, max_version"  # what an error is about
     try:
         ctx.minimum_version, ctx.maximum_version = versions["min_version"], versions["max_version"]
+        loading = f"{_source(tls, 'cert')} with {_source(tls, 'key')}"
         with _pem(path, tls, "cert") as cert, _pem(path, tls, "key") as key:
             ctx.load_cert_chain(cert, key)
-        if tls.get("client_ca_file"):
-            ctx.load_verify_locations(cafile=str(path.parent / tls["client_ca_file"]))
+        loading = _source(tls, "client_ca")
+        if ca_file:
+            ctx.load_verify_locations(cafile=ca_file)
         elif tls.get("client_ca"):
             ctx.load_verify_locations(cadata=tls["client_ca"])
+        loading = "cipher_suites"
         ctx.verify_mode = getattr(ssl, CLIENT_AUTH[auth])
         tls12 = [CIPHER_SUITES[s] for s in suites if s in CIPHER_SUITES]
         if tls12:
@@ -243,8 +260,31 @@ def _tls_context(path: Path, tls: dict) -> ssl.SSLContext:
         if prefer:
             ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     except (OSError, ssl.SSLError, ValueError) as e:
-        raise WebConfigError(f"{path}: tls_server_config: {getattr(e, 'strerror', None) or e}") from None
+        raise WebConfigError(f"{path}: tls_server_config: {loading}: {getattr(e, 'strerror', None) or e}") from None
     return ctx
+
+
+def _source(tls: dict, name: str) -> str:
+    """How an error names a PEM: its file as written in the config, or that it is inline."""
+    return f"{name}_file {tls[f'{name}_file']}" if tls.get(f"{name}_file") else f"{name} (inline)"
+
+
+def _readable(path: Path, tls: dict, key: str) -> str:
+    """The file a *_file key names (relative to the web config), checked here so that an
+    error names it (OpenSSL's says only "No such file or directory"): readable, and a regular
+    file (OpenSSL would wait forever on a FIFO)."""
+    file = path.parent / tls[key]
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the name
+        raise WebConfigError(f"{path}: tls_server_config.{key}: {file}: {getattr(e, 'strerror', None) or e}") from None
+    if not regular:
+        raise WebConfigError(f"{path}: tls_server_config.{key}: {file}: not a regular file")
+    return str(file)
 
 
 class _pem:
@@ -252,14 +292,13 @@ class _pem:
     one lives in an anonymous memory file for as long as the `with` lasts, never on disk."""
 
     def __init__(self, path: Path, tls: dict, name: str):
-        self.file = tls.get(f"{name}_file")
+        self.path, self.tls, self.name = path, tls, name
         self.inline: str = tls.get(name) or ""
-        self.base = path.parent
         self.fd: int | None = None
 
     def __enter__(self) -> str:
-        if self.file:
-            return str(self.base / self.file)
+        if self.tls.get(f"{self.name}_file"):
+            return _readable(self.path, self.tls, f"{self.name}_file")
         self.fd = os.memfd_create("gpunet-web-config", 0)
         os.write(self.fd, self.inline.encode())
         return f"/proc/self/fd/{self.fd}"
