@@ -12,20 +12,25 @@ samples go out as they came (those of counters that once wrapped or reset with w
 carry over added), with no Python work for the others. Only a tick where that is not so (a
 NIC came or went, a counter wrapped, reset or read -1, NaN or infinity) goes through the
 series one by one.
+
+What a link carries is checked before (LinkBound, used by the collectors that read it): a
+reading that rises past what the link could have carried is not taken at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from itertools import repeat
 from operator import itemgetter, le
 
+from exporter.root import SourceError
 from exporter.samples import SERIES, VALUE, KnownSeries, Sample
 
 # Series not read for this many ticks (calls of `apply`: a slow collector's reads, a fast
 # collector's refreshes) are forgotten, bounding memory as NICs come and go.
 FORGET_AFTER_TICKS = 3000
 INF = float("inf")
+NAN = float("nan")
 
 
 def _no_counters(samples: list[Sample]) -> tuple[()]:
@@ -179,3 +184,69 @@ class MonotonicCounters:
         for key in [k for k, e in state.items() if tick - e[2] > FORGET_AFTER_TICKS]:
             del state[key]
 
+
+
+# --- readings a link could not have carried ---------------------------------------------------
+# A counter of what crosses a link rises at most as fast as the link carries. A reading past
+# that (a driver's garbage, a fixture file that holds 1e25 for a tick) is no reading: adopted,
+# the exported counter would stay that high for good, as the next true reading is lower, a
+# reset to MonotonicCounters, which then counts on from there.
+COUNTER_TOP = 2.0**64  # no counter of the kernel or a NIC holds more
+MARGIN = 2.0  # a reading may rise by twice what the link carries at its speed ...
+SLACK_SECONDS = 2.0  # ... in the time since the reading before, and this: drivers refresh their counters once a second or so
+MIN_FRAME_BYTES = 64  # no Ethernet frame is shorter: packets and frames rise by at most the bytes' bound / 64
+UNKNOWN_SPEED = 1e12  # bytes/s taken for a link without a speed (a veth, a link that is down): 8 Tb/s
+
+
+class LinkBound:
+    """Readings of a link's counters checked against what the link could have carried since
+    the last reading taken: one that could not be true is not taken, the last reading taken
+    stands in for it (so the counter stands still), and the next one that could be true goes
+    on from there, without a jump. One error (file and value) is reported while readings are
+    refused, the same at each, so that it is logged once.
+
+    A reading below the last is taken: a reset or a wrap, which MonotonicCounters tells
+    apart. The time a rise is measured over starts where the last reading taken was first
+    read: a counter that stood still (a link at rest, a driver's stale copy) may rise by what
+    the link carried in all that time."""
+
+    def __init__(self) -> None:
+        # key -> [the last reading taken (None before any), when it was first read, the error while refused]
+        self._last: dict[tuple[str, str], list] = {}
+
+    def check(self, key: tuple[str, str], value: float, now: float, speed: float | None, where: str,
+              errors: list, unit_bytes: int = 1) -> float:
+        """`value` where it could be true, else the last reading taken (NaN before any). `key`:
+        (device, counter); `speed`: the link's, bytes/s (None: unknown, UNKNOWN_SPEED);
+        `unit_bytes`: the fewest bytes one count stands for (1 for bytes, MIN_FRAME_BYTES for
+        packets and frames); `now`: monotonic seconds; `where`: the counter's file, for the
+        error."""
+        if not 0 <= value < INF:  # -1, NaN, inf: no reading, which MonotonicCounters already skips
+            return value
+        last = self._last.get(key)
+        if last is None:
+            last = self._last[key] = [None, now, None]
+        taken, since, refused = last
+        if taken is not None and value == taken:
+            last[2] = None
+            return value
+        if taken is None or value < taken:
+            ceiling = COUNTER_TOP
+        else:
+            ceiling = taken + (speed or UNKNOWN_SPEED) / unit_bytes * MARGIN * (now - since + SLACK_SECONDS)
+        if value <= ceiling and value < COUNTER_TOP:
+            last[0], last[1], last[2] = value, now, None
+            return value
+        if refused is None:
+            if value >= COUNTER_TOP:
+                why = "more than any 64-bit counter holds"
+            else:
+                why = f"more than the link could carry since the last reading ({taken:.6g}, {now - since:.3g} s before)"
+            refused = last[2] = SourceError(where, f"read {value:.6g}, {why}: not counted")
+        errors.append(refused)
+        return NAN if taken is None else taken
+
+    def forget_except(self, devices: Collection[str]) -> None:
+        """Let go of the readings of devices not in `devices` (NICs that left)."""
+        for key in [key for key in self._last if key[0] not in devices]:
+            del self._last[key]

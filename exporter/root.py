@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import resource
+import stat
 import time
 from pathlib import Path
 
@@ -25,12 +26,19 @@ class SourceError(Exception):
         self.what = what
 
 
+class TooBig(SourceError):
+    """A file that holds more than a read takes: not read, and not worth reading again
+    until it changes."""
+
+
 # Git cannot store empty folders, so fixture trees hold a `.keep` file where a folder must
 # exist; it is never a counter or a device.
 IGNORED_NAMES = frozenset({".keep"})
 # The most a read takes from one file. The largest the exporter reads are `ethtool -S` of a
-# port with many channels and /proc/net/netstat: tens of kilobytes.
-MAX_READ = 4 << 20
+# port with many channels (some hundred kilobytes with 200 channels) and /proc/net/netstat:
+# tens of kilobytes. What a file of this size parses into (a dict of 100,000 counters at
+# most) must also fit the unit's MemoryMax=128M beside the exporter's own 30 MB.
+MAX_READ = 1 << 20
 READ_CHUNK = 64 << 10
 # sysfs attributes are kept open and read again from offset 0 (what sysfs documents for
 # polling an attribute): one pread instead of open, read, read, close. An attribute holds at
@@ -45,6 +53,42 @@ OWN_FILES = 40
 # And opened afresh at least this often (seconds): two devices that swapped names between two
 # discoveries are read by their new names within a minute.
 REOPEN_AFTER = 60.0
+
+
+def read_fd(fd: int, where: str, cap: int = MAX_READ) -> bytes:
+    """All of an open file, read in chunks of READ_CHUNK; TooBig for one that holds more
+    than `cap` bytes (a runaway or hostile file must not take the exporter's memory). Nothing
+    past cap + 1 bytes is read: a regular file that fills the first chunk is refused by its
+    size, and a file whose size says nothing (sysfs says 4096 of every attribute, /proc and a
+    device 0, /dev/zero never ends) by what it gave."""
+    chunks = []
+    size = 0
+    while chunk := os.read(fd, min(READ_CHUNK, cap + 1 - size)):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > cap or size == READ_CHUNK and _regular_size(fd) > cap:
+            # Let go of what was read first: the error's traceback holds this frame, and
+            # an error kept in a list of a tick's errors may live until the next collection.
+            chunks.clear()
+            raise TooBig(where, f"holds over {cap >> 20} MiB: not read" if cap >= 1 << 20
+                         else f"holds over {cap >> 10} KiB: not read")
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _regular_size(fd: int) -> int:
+    """A regular file's size; 0 for anything else (its size means nothing)."""
+    st = os.fstat(fd)
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+def read_file(path: str | os.PathLike, cap: int = MAX_READ) -> bytes:
+    """A file's bytes by its path, at most `cap` (read_fd); OSError where it cannot be opened
+    or read."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return read_fd(fd, str(path), cap)
+    finally:
+        os.close(fd)
 
 
 class _OpenAttribute:
@@ -86,6 +130,10 @@ class Root:
         return self.base / rel
 
     def _abs(self, rel: str) -> str:
+        return self._prefix + rel
+
+    def where(self, rel: str) -> str:
+        """The path of a file under the root, as messages name it (a string, cheaply made)."""
         return self._prefix + rel
 
     def exists(self, rel: str) -> bool:
@@ -166,16 +214,7 @@ class Root:
         except OSError as e:
             raise SourceError(p, e.strerror or str(e)) from e
         try:
-            # Reads of READ_CHUNK until the end: asking for MAX_READ at once would allocate
-            # (and free) 4 MiB for every sysfs attribute of a few bytes.
-            data = os.read(fd, READ_CHUNK)
-            if data:
-                chunks = [data]
-                size = len(data)
-                while size <= MAX_READ and (chunk := os.read(fd, READ_CHUNK)):
-                    chunks.append(chunk)
-                    size += len(chunk)
-                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            data = read_fd(fd, p)
         except OSError as e:
             os.close(fd)
             # sysfs answers EINVAL for attributes that have no value right now (the speed
@@ -188,8 +227,6 @@ class Root:
             self._open[rel] = _OpenAttribute(fd)
         else:
             os.close(fd)
-        if len(data) > MAX_READ:
-            raise SourceError(p, f"holds over {MAX_READ >> 20} MiB: not read")
         return data
 
     def read_int_if_present(self, rel: str) -> int | None:

@@ -189,6 +189,37 @@ def env_name(flag: str) -> str:
     return "GPUNET_" + flag.lstrip("-").replace(".", "_").replace("-", "_").upper()
 
 
+# GPUNET_* variables of the project's other tools, which may share the exporter's environment
+# (the systemd unit's environment file sets GPUNET_EXPORTER_OPTS): not the exporter's settings,
+# and no mistake either. Any other GPUNET_* variable that names no setting is refused.
+OTHER_TOOLS_VARIABLES = frozenset({
+    "GPUNET_EXPORTER_OPTS",  # deploy/systemd: the exporter's flags, expanded into its command line
+    "GPUNET_PROMETHEUS_URL", "GPUNET_PROMETHEUS_PASSWORD", "GPUNET_GRAFANA_URL",  # diagnose, gpunet-trace
+    "GPUNET_SLURM_DIR", "GPUNET_GPU_IDS",  # deploy/slurm: the prolog and epilog
+})
+
+
+def nearest(name: str, names: list[str]) -> str | None:
+    """The valid name nearest a misspelt one, if any is near."""
+    import difflib  # only for a mistake: a running exporter does not load it
+
+    close = difflib.get_close_matches(name, names, n=1)
+    return close[0] if close else None
+
+
+def unknown_variable(variable: str, known: list[str]) -> str | None:
+    """The complaint about a GPUNET_* environment variable that names no setting (`known`: the
+    variables that do); None for one that does, or that another tool reads."""
+    if not variable.startswith("GPUNET_") or variable in known or variable in OTHER_TOOLS_VARIABLES:
+        return None
+    m = re.fullmatch(r"GPUNET_(NO_)?COLLECTOR_(.+)", variable, re.IGNORECASE)
+    if m and (problem := unknown_collector(f"{'no-' if m.group(1) else ''}collector.{m.group(2).lower()}")):
+        return f"environment variable {variable}: {problem.partition(': ')[2]}"
+    # Compared without the prefix all share, upper case as the variables are written.
+    near = nearest(variable[len("GPUNET_"):].upper(), [v[len("GPUNET_"):] for v in known])
+    return f"unknown setting {variable} (environment variable)" + (f"; did you mean GPUNET_{near}?" if near else "")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Flags, then GPUNET_* environment variables, then the --config file, then defaults:
     the same names everywhere."""
@@ -214,6 +245,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         settings.update({str(k): v for k, v in loaded.items()})
     by_flag = {opt.lstrip("-"): action for action in parser._actions for opt in action.option_strings
                if opt.startswith("--")}
+    keys = [flag for flag in by_flag if flag not in ("config", "help", "version")]  # what a setting may be named
+    variables = ["GPUNET_CONFIG", *map(env_name, keys)]
+    for variable in sorted(os.environ):
+        if problem := unknown_variable(variable, variables):
+            parser.error(problem)
     for flag, action in by_flag.items():
         if env_name(flag) in os.environ:
             value = os.environ[env_name(flag)]
@@ -224,7 +260,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if action is None and (problem := unknown_collector(key)):
             parser.error(f"setting {problem} (in --config or GPUNET_* variables)")
         if action is None or key in ("config", "help", "version"):
-            parser.error(f"unknown setting {key!r} (in --config or GPUNET_* variables)")
+            near = nearest(key, keys)
+            parser.error(f"unknown setting {key!r} (in --config or GPUNET_* variables)"
+                         + (f"; did you mean {near!r}?" if near else ""))
         try:
             if isinstance(action, argparse._StoreTrueAction):
                 value = as_bool(value)

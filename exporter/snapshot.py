@@ -3,6 +3,11 @@
 The folder holds every file the exporter reads, copied, plus the driver statistics in
 the text form of `ethtool -S`, so a user can attach their node to a bug report and the
 exporter run with `--root OUT_DIR` shows the same counters.
+
+Each file is read as the daemon reads it: at most MAX_READ bytes (exporter/root.py) and
+under a time limit (exporter/bounded.py), so that a FIFO, a device or a driver stuck in a
+read costs that file only. A file that cannot be copied is skipped with one line that names
+it and says why; one that does not exist is skipped without a word (most are optional).
 """
 
 from __future__ import annotations
@@ -10,8 +15,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
+from collections.abc import Callable, Hashable
 from pathlib import Path
+from typing import Any
 
+from exporter.bounded import BoundedCalls, Hung
 from exporter.inventory import InventoryOptions, discover
 from exporter.readers.bonding import MASTERS
 from exporter.readers.dcb import read_dcb
@@ -34,12 +43,45 @@ PORT_FILES = ("link_layer", "rate", "state", "phys_state", "gid_attrs/ndevs/0", 
               "hw_counters/*", "counters_ext/*")
 RDMA_DEVICE_FILES = ("node_type", "fw_ver", "hca_type", "board_id")
 PROC_FILES = (SNMP, NETSTAT)
+# Seconds a file may take to read (the daemon's slow tick gives a collector as long), and the
+# GPU backend to answer for all its GPUs (opening NVML on a node without persistence mode
+# takes seconds).
+READ_TIMEOUT = 2.0
+GPU_TIMEOUT = 20.0
 log = logging.getLogger("gpunet.exporter")
+
+
+class Stuck(SourceError):
+    """A read (or a call) that did not answer within its time limit."""
+
+
+def _bounded(calls: BoundedCalls, key: Hashable, timeout: float, where: str, fn: Callable[..., Any],
+             *args: object) -> Any:
+    """fn(*args) under a time limit; Stuck where it hangs."""
+    got = calls.call(key, timeout, fn, *args)
+    if isinstance(got, Hung):
+        raise Stuck(where, f"no answer within {timeout:g} s")
+    if isinstance(got, Exception):
+        raise got
+    return got
+
+
+class _BoundedRoot(Root):
+    """The node's files, each read under READ_TIMEOUT (and MAX_READ, as every Root read)."""
+
+    def __init__(self, path: str | os.PathLike, calls: BoundedCalls):
+        super().__init__(path)
+        self._max_open = 0  # read once or twice each: none kept open
+        self._calls = calls
+
+    def _read(self, rel: str, missing_ok: bool = False) -> bytes | None:
+        return _bounded(self._calls, rel, READ_TIMEOUT, self.where(rel), Root._read, self, rel, missing_ok)
 
 
 class _Writer:
     def __init__(self, src: Root, out: Path):
         self.src, self.out, self.count = src, out, 0
+        self._broken: list[str] = []  # folders skipped: nothing under them is tried again
 
     def text(self, rel: str, content: str) -> None:
         dest = self.out / rel
@@ -47,19 +89,52 @@ class _Writer:
         dest.write_text(content)
         self.count += 1
 
+    def skip(self, where: str, why: str) -> None:
+        log.warning("snapshot: skipped %s: %s", where, why)
+
+    def file(self, rel: str) -> None:
+        """Copy one file: skipped, with a line, where it is no regular file (a FIFO or a device
+        would hang or never end) or cannot be read; without one where it does not exist."""
+        try:
+            st = os.stat(self.src.where(rel))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as e:  # a symbolic link to itself, a folder that may not be read
+            self.skip(self.src.where(rel), e.strerror or str(e))
+            return
+        if stat.S_ISDIR(st.st_mode):
+            return
+        if not stat.S_ISREG(st.st_mode):
+            self.skip(self.src.where(rel), "not a regular file")
+            return
+        try:
+            content = self.src.read_text(rel)
+        except SourceError as e:  # write-only or EINVAL attributes, hung or too big files
+            self.skip(e.where, e.what)
+            return
+        self.text(rel, content)
+
     def copy(self, rel_dir: str, patterns: tuple[str, ...]) -> None:
+        if any(rel_dir == b or rel_dir.startswith(b + "/") for b in self._broken):
+            return
+        try:
+            os.stat(self.src.where(rel_dir))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as e:  # a symbolic link to itself: one line for the folder, not one per file
+            self._broken.append(rel_dir)
+            self.skip(self.src.where(rel_dir), e.strerror or str(e))
+            return
         for pattern in patterns:
             folder, _, name = pattern.rpartition("/")
             base = f"{rel_dir}/{folder}" if folder else rel_dir
-            names = self.src.listdir(base) if name == "*" else [name]
+            try:
+                names = self.src.listdir(base) if name == "*" else [name]
+            except SourceError as e:
+                self.skip(e.where, e.what)
+                continue
             for n in names:
-                rel = f"{base}/{n}"
-                if not self.src.path(rel).is_file():
-                    continue
-                try:
-                    self.text(rel, self.src.read_text(rel))
-                except SourceError:
-                    pass  # write-only or EINVAL attributes have no value to keep
+                self.file(f"{base}/{n}")
 
     def keep(self, rel_dir: str) -> None:
         self.text(f"{rel_dir}/.keep", "")
@@ -142,9 +217,33 @@ def _write_bonds(src: Root, w: _Writer) -> None:
             w.copy(f"{NET}/{member}/bonding_slave", ("*",))
 
 
+def _write_driver_stats(src: Root, w: _Writer, calls: BoundedCalls, stats: DriverStatsReader, netdev: str) -> None:
+    """The driver's statistics in the text `ethtool -S` prints. Live, a device without any (lo,
+    a veth) says so by an error, which is not worth a line; a hang always is."""
+    if not stats.available(netdev):
+        return
+    try:
+        values = _bounded(calls, ("ethtool", netdev), READ_TIMEOUT, stats.where(netdev), stats.read, netdev, [])
+    except SourceError as e:
+        if not src.is_live or isinstance(e, Stuck):
+            w.skip(e.where, e.what)
+        return
+    if values:
+        lines = ["NIC statistics:"] + [f"     {k}: {v}" for k, v in values.items()]
+        w.text(f"ethtool/{netdev}.txt", "\n".join(lines) + "\n")
+
+
 def write_snapshot(src: Root, out_dir: str | os.PathLike, gpus=None) -> int:
     """Write the node's files under out_dir; `gpus`, a GPU backend, adds nvml.json."""
     out = Path(out_dir)
+    calls = BoundedCalls("snapshot")
+    try:
+        return _write_all(_BoundedRoot(src.base, calls), out, calls, gpus)
+    finally:
+        calls.close()
+
+
+def _write_all(src: Root, out: Path, calls: BoundedCalls, gpus: Any) -> int:
     w = _Writer(src, out)
     nics = discover(src, InventoryOptions(exclude=None), [])
     stats = DriverStatsReader(src)
@@ -153,13 +252,7 @@ def write_snapshot(src: Root, out_dir: str | os.PathLike, gpus=None) -> int:
             if nic.netdev:
                 w.copy(f"{NET}/{nic.netdev}", NETDEV_FILES)
                 w.copy(f"{NET}/{nic.netdev}/device", PCI_FILES)
-                try:
-                    values = stats.read(nic.netdev, [])
-                except SourceError:
-                    values = None
-                if values:
-                    lines = ["NIC statistics:"] + [f"     {k}: {v}" for k, v in values.items()]
-                    w.text(f"ethtool/{nic.netdev}.txt", "\n".join(lines) + "\n")
+                _write_driver_stats(src, w, calls, stats, nic.netdev)
                 _write_qos(src, w, nic.netdev)
             if nic.rdma is not None:
                 w.copy(nic.rdma.base, PORT_FILES)
@@ -175,20 +268,22 @@ def write_snapshot(src: Root, out_dir: str | os.PathLike, gpus=None) -> int:
     finally:
         stats.close()
     for rel in PROC_FILES:
-        if src.exists(rel):
-            w.text(rel, src.read_text(rel))
+        w.file(rel)
     _write_bonds(src, w)
     if gpus is not None:
+        hung = False
         try:
-            doc = gpu_document(gpus)
+            doc = _bounded(calls, "gpus", GPU_TIMEOUT, f"GPU backend {type(gpus).__name__}", gpu_document, gpus)
             w.text("nvml.json", json.dumps(doc, indent=1) + "\n")
             for bus_id in (str(g.get("pci_bus_id") or "") for g in doc.get("gpus", [])):
                 if bus_id:  # their PCIe links
                     w.copy(f"{PCI_DEVICES}/{normalize_pci(bus_id)}", PCI_FILES)
             _write_processes(src, w, doc)
         except SourceError as e:
+            hung = isinstance(e, Stuck)
             log.warning("snapshot: no GPUs written: %s", e)
         finally:
-            gpus.close()
+            if not hung:  # closing NVML while a call hangs in it may hang too
+                gpus.close()
     w.copy(SLURM_DIR, ("*",))
     return w.count

@@ -238,3 +238,72 @@ def test_the_series_compared_are_handed_on_the_same_while_they_stay():
     reset = tick(["eth0", "eth1", "eth2"], 5.0)  # a reset: the long way, the same series
     assert [s.value for s in reset] == [35.0, 35.0, 35.0, 1.0]
     assert isinstance(reset, KnownSeries) and reset.series == third.series
+
+
+# --- readings a link could not have carried (LinkBound) -----------------------------------------
+
+GBIT = 1e9 / 8  # bytes per second of a 1 Gb/s link
+
+
+def bounded(readings, speed=GBIT, unit_bytes=1):
+    """(what each reading of a counter exports, the errors reported), one reading a second,
+    through LinkBound and MonotonicCounters as a collector and the sampler take them."""
+    from exporter.counters import LinkBound
+
+    bound, counters = LinkBound(), MonotonicCounters()
+    out, errors = [], []
+    for second, raw in enumerate(readings):
+        value = bound.check(("eno1", "tx_bytes"), raw, float(second), speed, "/x/statistics/tx_bytes", errors,
+                            unit_bytes)
+        samples = counters.apply([Sample(NIC_TRANSMIT_BYTES, ("eno1",), value)])
+        out.append(samples[0].value if samples else None)
+    return out, [str(e) for e in errors]
+
+
+def test_one_absurd_reading_is_not_counted_and_the_next_goes_on_from_the_last():
+    """1e25 for one tick, then the real value again: the counter goes on as if the tick had
+    read the value before it (it was counted as about 1e25 for good)."""
+    out, errors = bounded([1000.0, 2000.0, 1e25, 3000.0, 4000.0])
+    assert out == [1000.0, 2000.0, 2000.0, 3000.0, 4000.0]
+    assert errors == ["/x/statistics/tx_bytes: read 1e+25, more than any 64-bit counter holds: not counted"]
+
+
+def test_a_rise_past_what_the_link_carries_is_refused_once_however_long_it_lasts():
+    """1 Gb/s for a second, twice over and 2 s of slack: 5e8 bytes at most. A rise of 1e12 is
+    refused at each reading, reported once; the counter stands, then goes on without a jump."""
+    out, errors = bounded([1000.0, 1e12, 1e12 + 5, 1e12 + 10, 2000.0, 3000.0])
+    assert out == [1000.0, 1000.0, 1000.0, 1000.0, 2000.0, 3000.0]
+    assert len(errors) == 3 and len(set(errors)) == 1, errors  # one error, so one warning (the sampler logs it once)
+    assert "read 1e+12, more than the link could carry since the last reading (1000, 1 s before)" in errors[0]
+
+
+def test_what_the_link_carries_is_taken_with_its_margin():
+    ceiling = GBIT * 2 * (1 + 2)  # twice the speed over the second since, and the 2 s of slack
+    out, errors = bounded([0.0, ceiling, 2 * ceiling + 1])
+    assert out == [0.0, ceiling, ceiling] and len(errors) == 1
+
+
+def test_a_counter_that_stood_still_may_rise_by_all_the_time_it_stood():
+    """A driver's copy of its counters that froze for a minute, then caught up."""
+    out, errors = bounded([0.0] * 60 + [GBIT * 60])
+    assert out[-1] == GBIT * 60 and not errors
+
+
+def test_packets_are_bounded_by_the_shortest_frame():
+    from exporter.counters import MIN_FRAME_BYTES
+
+    ceiling = GBIT / MIN_FRAME_BYTES * 2 * 3
+    out, errors = bounded([0.0, ceiling + 1], unit_bytes=MIN_FRAME_BYTES)
+    assert out == [0.0, 0.0] and len(errors) == 1
+
+
+def test_a_fall_is_taken_as_a_reset_and_a_link_without_a_speed_still_has_a_bound():
+    out, errors = bounded([5e9, 10.0, 20.0], speed=None)
+    assert out == [5e9, 5e9 + 10, 5e9 + 20] and not errors
+    out, errors = bounded([0.0, 1e19], speed=None)  # 8 Tb/s taken for an unknown speed
+    assert out == [0.0, 0.0] and len(errors) == 1
+
+
+def test_a_first_reading_past_any_counter_is_no_reading():
+    out, errors = bounded([2.0**64, 500.0, 600.0])
+    assert out == [None, 500.0, 600.0] and len(errors) == 1

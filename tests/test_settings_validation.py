@@ -50,6 +50,40 @@ def test_an_environment_variable_that_cannot_work_is_refused(variable, value):
     assert result.returncode == 2 and variable in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("variable, expected", [
+    ("GPUNET_COLLECTOR_TCPP", "environment variable GPUNET_COLLECTOR_TCPP: no collector named 'tcpp'"),
+    ("GPUNET_NO_COLLECTOR_FOO", "environment variable GPUNET_NO_COLLECTOR_FOO: no collector named 'foo'"),
+    ("GPUNET_FAST_INTERVALL", "unknown setting GPUNET_FAST_INTERVALL (environment variable); "
+                              "did you mean GPUNET_FAST_INTERVAL?"),
+    ("GPUNET_NOTHING_LIKE_IT", "unknown setting GPUNET_NOTHING_LIKE_IT (environment variable)"),
+])
+def test_an_unknown_environment_variable_is_refused_like_an_unknown_config_key(variable, expected):
+    """A typo in a GPUNET_* variable was ignored where the same typo in --config is refused."""
+    result = exporter(env={variable: "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"gpunet-exporter: error: {expected}"), result.stderr
+
+
+def test_an_unknown_config_key_names_the_nearest_setting(tmp_path):
+    config = tmp_path / "gpunet.yml"
+    config.write_text("collector.tcpp: true\nfast-intervall: 1\n")
+    result = exporter("--config", str(config))
+    assert result.returncode == 2 and "setting collector.tcpp: no collector named 'tcpp'" in result.stderr
+    config.write_text("fast-intervall: 1\n")
+    result = exporter("--config", str(config))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "unknown setting 'fast-intervall' (in --config or GPUNET_* variables); did you mean 'fast-interval'?")
+
+
+def test_the_variables_of_the_projects_other_tools_are_no_mistake():
+    """The systemd unit's environment file sets GPUNET_EXPORTER_OPTS; diagnose and the Slurm
+    prolog read theirs from the same environment."""
+    result = exporter("--duration", "0.1", env={"GPUNET_EXPORTER_OPTS": "--no-gpu", "GPUNET_PROMETHEUS_URL": "http://x",
+                                                "GPUNET_SLURM_DIR": "/tmp", "GPUNET_GPU_IDS": "uuid"})
+    assert result.returncode == 0, result.stderr
+
+
 def test_a_snapshot_into_a_folder_that_cannot_be_written_is_one_line(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")

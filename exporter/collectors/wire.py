@@ -19,13 +19,14 @@ need five times a second).
 from __future__ import annotations
 
 from exporter.collector_registry import register
+from exporter.counters import MIN_FRAME_BYTES, LinkBound
 from exporter.inventory import Nic
 from exporter.readers import rdma as rdma_reader
 from exporter.readers.ethtool import DriverStatsReader
-from exporter.readers.netdev import NetdevReader
+from exporter.readers.netdev import NetdevReader, stat_where
 from exporter.root import Root, SourceError
 from exporter.samples import Sample, TickContext
-from exporter.vendors import counters_for, pick
+from exporter.vendors import counters_for, first_present, pick
 from gpunet.contract import NIC_PFC_PAUSE_FRAMES, NIC_RECEIVE_BYTES, NIC_TRANSMIT_BYTES
 
 INF = float("inf")
@@ -47,6 +48,7 @@ class WireCollector:
         # collect (a new dict each time: link_load keeps the last one). Raw, not made
         # monotonic: link_load asks only whether it grew since the last tick.
         self.received_pauses: dict[str, float] = {}
+        self.bound = LinkBound()  # readings past what a link could carry are not taken
 
     def close(self) -> None:
         self.netdev.close()
@@ -84,6 +86,7 @@ class WireCollector:
                 del self._source[gone]
             # NICs that left the inventory are never read again: drop what the reader keeps for them.
             self.driver_stats.forget_except({nic.netdev for nic in ctx.nics.values() if nic.netdev})
+            self.bound.forget_except(ctx.nics)
         samples: list[Sample] = []
         via_netdev: list[Nic] = []
         self.received_pauses = received_pauses = {}
@@ -100,9 +103,9 @@ class WireCollector:
                 if source == "netdev":
                     via_netdev.append(nic)
                 elif source == "driver":
-                    self._from_driver(nic, samples, errors, received_pauses, ctx.refresh_all)
+                    self._from_driver(nic, samples, errors, received_pauses, ctx)
                 else:
-                    self._from_ib(nic, source, samples, errors)
+                    self._from_ib(nic, source, samples, errors, ctx.now)
             except SourceError as e:
                 errors.append(e)
         if via_netdev:
@@ -111,32 +114,39 @@ class WireCollector:
                 link = links.get(nic.netdev)
                 if link is None:
                     continue
-                if "rx_bytes" in link.stats:
-                    samples.append(Sample(NIC_RECEIVE_BYTES, (nic.device,), link.stats["rx_bytes"]))
-                if "tx_bytes" in link.stats:
-                    samples.append(Sample(NIC_TRANSMIT_BYTES, (nic.device,), link.stats["tx_bytes"]))
+                for stat, metric in (("rx_bytes", NIC_RECEIVE_BYTES), ("tx_bytes", NIC_TRANSMIT_BYTES)):
+                    if stat in link.stats:
+                        value = self.bound.check((nic.device, metric.name), link.stats[stat], ctx.now,
+                                                 nic.speed_bytes_per_second, stat_where(self.root, nic.netdev, stat),
+                                                 errors)
+                        samples.append(Sample(metric, (nic.device,), value))
         return samples
 
     def _from_driver(self, nic: Nic, samples: list[Sample], errors: list[SourceError],
-                     received_pauses: dict[str, float], per_priority: bool) -> None:
+                     received_pauses: dict[str, float], ctx: TickContext) -> None:
         table = counters_for(nic.driver)
         stats = self.driver_stats.read(nic.netdev, errors, table.wire_names)
-        rx, tx = pick(stats, table.wire_rx_bytes), pick(stats, table.wire_tx_bytes)
-        if rx is not None:
-            samples.append(Sample(NIC_RECEIVE_BYTES, (nic.device,), rx))
-        if tx is not None:
-            samples.append(Sample(NIC_TRANSMIT_BYTES, (nic.device,), tx))
+        device, now, speed = nic.device, ctx.now, nic.speed_bytes_per_second
+        where = self.driver_stats.where(nic.netdev)
+        for metric, alternatives in ((NIC_RECEIVE_BYTES, table.wire_rx_bytes),
+                                     (NIC_TRANSMIT_BYTES, table.wire_tx_bytes)):
+            names = first_present(stats, alternatives)  # what pick() sums, named in a message about it
+            if names is not None:
+                raw = stats[names[0]] if len(names) == 1 else sum(stats[n] for n in names)
+                samples.append(Sample(metric, (device,), self.bound.check(
+                    (device, metric.name), raw, now, speed, f"{where}: {'+'.join(names)}", errors)))
+        per_priority = ctx.refresh_all
         # One walk of the aliases: every pause counter on the tick that makes the per-priority
         # series, else only the received ones, which the network state needs.
         received = 0.0
         found = False
-        device = nic.device
         for (direction, priority), names in table.pause_frame_aliases if per_priority else table.received_pause_aliases:
             for name in names:  # the first alias present wins
                 value = stats.get(name)
                 if value is not None:
-                    if per_priority:
-                        samples.append(Sample(NIC_PFC_PAUSE_FRAMES, (device, direction, priority), value))
+                    if per_priority:  # the counter, checked; link_load asks only whether the raw sum grew
+                        samples.append(Sample(NIC_PFC_PAUSE_FRAMES, (device, direction, priority), self.bound.check(
+                            (device, name), value, now, speed, f"{where}: {name}", errors, MIN_FRAME_BYTES)))
                     if direction == "receive" and 0 <= value < INF:  # a driver's -1 or NaN is no reading
                         received += value
                         found = True
@@ -144,7 +154,7 @@ class WireCollector:
         if found:
             received_pauses[device] = received
 
-    def _from_ib(self, nic: Nic, source: str, samples: list[Sample], errors: list[SourceError]) -> None:
+    def _from_ib(self, nic: Nic, source: str, samples: list[Sample], errors: list[SourceError], now: float) -> None:
         assert nic.rdma is not None
         if source == "ib_ext":
             group, names = rdma_reader.EXTENDED_COUNTERS, ("port_rcv_data_64", "port_xmit_data_64")
@@ -160,7 +170,9 @@ class WireCollector:
                 # and no longer moves. Say so; the value is kept but its rate will read 0.
                 errors.append(SourceError(rdma_reader.counter_path(nic.rdma, group, name),
                                           "32-bit counter saturated at 4294967295 (no extended counters)"))
-            samples.append(Sample(metric, (nic.device,), values[name] * IB_DATA_UNIT))
+            value = self.bound.check((nic.device, metric.name), values[name] * IB_DATA_UNIT, now,
+                                     nic.speed_bytes_per_second, rdma_reader.counter_path(nic.rdma, group, name), errors)
+            samples.append(Sample(metric, (nic.device,), value))
 
 
 # Registered like the others, but the sampler runs it first in each fast tick: link_load.py

@@ -74,11 +74,15 @@ def trust_of(app_trust: list[int] | None, has_dscp_entries: bool) -> str | None:
 # --- fixture files ------------------------------------------------------------------------
 
 def _load_json(root: Root, rel: str) -> object:
-    text = root.read_text(rel)
     try:
-        return json.loads(text)
+        return json.loads(root.read_text(rel))
     except json.JSONDecodeError as e:
-        raise SourceError(f"{root.path(rel)}:{e.lineno}", f"not JSON: {e.msg}") from None
+        where, what = f"{root.path(rel)}:{e.lineno}", f"not JSON: {e.msg}"
+    except RecursionError:  # arrays nested thousands deep
+        where, what = str(root.path(rel)), "not JSON: nested too deep"
+    # Raised outside the handler: the decoder's error, which holds the whole text, is not
+    # kept as its context.
+    raise SourceError(where, what)
 
 
 def _read_files(root: Root, device: str) -> DcbSettings | None:
@@ -87,12 +91,14 @@ def _read_files(root: Root, device: str) -> DcbSettings | None:
         return None
     pfc = _load_json(root, pfc_rel)
     prio_pfc = pfc.get("prio_pfc") if isinstance(pfc, dict) else None
+    del pfc  # the errors below must not keep a large document alive through their traceback
     if not (isinstance(prio_pfc, list) and len(prio_pfc) == PRIORITIES and all(isinstance(v, bool) for v in prio_pfc)):
         raise SourceError(str(root.path(pfc_rel)), "expected 'prio_pfc': eight true/false values")
     pairs: list = []
     if root.exists(app_rel):
         app = _load_json(root, app_rel)
         pairs = app.get("dscp_prio", []) if isinstance(app, dict) else None
+        del app
         if not (isinstance(pairs, list) and all(_is_dscp_pair(p) for p in pairs)):
             raise SourceError(str(root.path(app_rel)), "expected 'dscp_prio': [[dscp, priority], ...]")
     return DcbSettings(tuple(prio_pfc), trust_of(None, bool(pairs)), tuple((p[0], p[1]) for p in pairs))

@@ -18,7 +18,7 @@ import time
 from collections.abc import Collection
 
 from exporter.readers.netlink import ethtool_ioctl, ethtool_socket, ioctl_problem
-from exporter.root import Root, SourceError
+from exporter.root import Root, SourceError, TooBig
 
 ETH_SS_STATS = 1
 ETHTOOL_GSTRINGS = 0x1B
@@ -29,15 +29,19 @@ SSET_INFO = struct.Struct("=IIQI")  # struct ethtool_sset_info with one data[] e
 GSTRINGS_HEAD = struct.Struct("=III")  # struct ethtool_gstrings: cmd, string_set, len; then the names
 GSTATS_HEAD = struct.Struct("=II")  # struct ethtool_stats: cmd, n_stats; then n_stats u64 values
 NAMES_REFRESH = 60.0  # seconds between fetches of a device's counter names, live
+MAX_PROBLEMS = 10  # malformed lines of a file reported one by one
 
 
 def parse_ethtool_stats(text: str, where: str) -> tuple[dict[str, float], list[SourceError]]:
     """Parse ``ethtool -S`` output. Malformed lines are reported, never fatal; one that names
     its counter gives it an unknown value (NaN), not none: a sum over counters that holds it
     is then unknown too and its last value stands (exporter/counters.py), where a sum short
-    of one part would read as a reset and count the whole sum again."""
+    of one part would read as a reset and count the whole sum again. The first MAX_PROBLEMS
+    are reported each on its own, the rest in one count (a file of garbage would otherwise
+    make an error per line)."""
     stats: dict[str, float] = {}
     problems: list[SourceError] = []
+    more = 0
     for lineno, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
         if not stripped or stripped.endswith("statistics:"):  # "NIC statistics:" header
@@ -50,11 +54,16 @@ def parse_ethtool_stats(text: str, where: str) -> tuple[dict[str, float], list[S
             if not sep or not name or number < 0:
                 raise ValueError
         except ValueError:
-            problems.append(SourceError(f"{where}:{lineno}", f"not a 'name: value' line: {stripped[:60]!r}"))
+            if len(problems) < MAX_PROBLEMS:
+                problems.append(SourceError(f"{where}:{lineno}", f"not a 'name: value' line: {stripped[:60]!r}"))
+            else:
+                more += 1
             if sep and name:
                 stats[name] = math.nan
             continue
         stats[name] = number
+    if more:
+        problems.append(SourceError(where, f"and {more} more lines that are not 'name: value' lines"))
     return stats, problems
 
 
@@ -68,6 +77,8 @@ class DriverStatsReader:
         # Fixture: (device, wanted) -> (the file's stat key, those counters, the parse's problems).
         self._parsed: dict[tuple[str, frozenset[str] | None],
                            tuple[tuple[int, int], dict[str, float], list[SourceError]]] = {}
+        # Fixture: device -> the stat key of its file, refused as too big, and where and what.
+        self._refused: dict[str, tuple[tuple[int, int], str, str]] = {}
 
     def close(self) -> None:
         if self._sock is not None:
@@ -84,11 +95,17 @@ class DriverStatsReader:
             del self._ioctl[device]
         for key in [key for key in self._parsed if key[0] not in devices]:
             del self._parsed[key]
+        for device in self._refused.keys() - devices:
+            del self._refused[device]
 
     def available(self, device: str) -> bool:
         if self.root.is_live:
             return True
         return self.root.exists(f"ethtool/{device}.txt")
+
+    def where(self, device: str) -> str:
+        """Where a device's counters are read, for messages about their values."""
+        return f"ethtool -S {device}" if self.root.is_live else self.root.where(f"ethtool/{device}.txt")
 
     def read(self, device: str, errors: list[SourceError], wanted: frozenset[str] | None = None) -> dict[str, float]:
         """Driver counters of a device (those in `wanted`, or all); raises SourceError when
@@ -105,7 +122,15 @@ class DriverStatsReader:
             raise SourceError(str(self.root.path(rel)), "no driver statistics file")
         cached = self._parsed.get((device, wanted))
         if cached is None or cached[0] != key:
-            stats, problems = parse_ethtool_stats(self.root.read_text(rel), str(self.root.path(rel)))
+            refused = self._refused.get(device)
+            if refused is not None and refused[0] == key:  # not read again until it changes
+                raise TooBig(refused[1], refused[2])  # anew: an error raised again grows its traceback
+            try:
+                text = self.root.read_text(rel)
+            except TooBig as e:
+                self._refused[device] = (key, e.where, e.what)
+                raise
+            stats, problems = parse_ethtool_stats(text, str(self.root.path(rel)))
             if wanted is not None:
                 stats = {name: stats[name] for name in wanted if name in stats}
             cached = (key, stats, problems)

@@ -132,6 +132,11 @@ class NetdevReader:
         return out
 
 
+def stat_where(root: Root, name: str, stat: str) -> str:
+    """Where a statistic of a link is read, for messages about its value."""
+    return f"netlink {name} {stat}" if root.is_live else root.where(f"{NET}/{name}/statistics/{stat}")
+
+
 def _link_state(msg: memoryview, wanted: set[str]) -> LinkState | None:
     """The state in one RTM_NEWLINK message, None when it is not a wanted link's."""
     found = dict(attrs(msg[IFINFOMSG.size:]))

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 
 from exporter.readers.gpus import REOPEN_SECONDS
 from exporter.readers.pci import PCI_DEVICES
-from exporter.root import Root, SourceError
+from exporter.root import Root, SourceError, TooBig, read_file
 from gpunet.contract import ECC_ERROR_TYPES, NVLINK_ERROR_KINDS
 
 # Clock-event reasons (nvmlClocksEventReason*). Only these slow the GPU down; idle,
@@ -146,6 +146,7 @@ class FixtureGpus:
         self._started = time.monotonic()
         self._key: tuple[int, int] | None = None
         self._doc: dict = {}
+        self._refused: tuple[tuple[int, int], str, str] | None = None  # a file's stat key, and why it was refused
         self._sampled: dict[int, int] = {}  # GPU -> the number of its last sample handed over
 
     def open(self) -> str:
@@ -157,17 +158,36 @@ class FixtureGpus:
     def _load(self) -> dict:
         try:
             st = self.path.stat()
-            key = (st.st_mtime_ns, st.st_size)
-            if key != self._key:
-                doc = json.loads(self.path.read_text())
-                if not isinstance(doc, dict) or not isinstance(doc.get("gpus"), list):
-                    raise SourceError(str(self.path), "expected an object with a 'gpus' list")
-                self._doc, self._key = doc, key
         except OSError as e:
             raise SourceError(str(self.path), e.strerror or str(e)) from e
+        key = (st.st_mtime_ns, st.st_size)
+        if key == self._key:
+            return self._doc
+        if self._refused is None or self._refused[0] != key:  # else not read again until it changes
+            refused = self._read(key)
+            if refused is None:
+                return self._doc
+            self._refused = (key, *refused)
+        # A new error each time: one raised again would grow its traceback by every raise.
+        raise SourceError(self._refused[1], self._refused[2])
+
+    def _read(self, key: tuple[int, int]) -> tuple[str, str] | None:
+        """Read the document and keep it as the file's at `key`; (where, what) is wrong with
+        it where it cannot be kept."""
+        try:
+            doc = json.loads(read_file(self.path))  # at most MAX_READ: a runaway file must not take the memory
+        except OSError as e:
+            raise SourceError(str(self.path), e.strerror or str(e)) from e
+        except TooBig as e:
+            return e.where, e.what
         except json.JSONDecodeError as e:
-            raise SourceError(f"{self.path}:{e.lineno}", f"not JSON: {e.msg}") from e
-        return self._doc
+            return f"{self.path}:{e.lineno}", f"not JSON: {e.msg}"
+        except (ValueError, RecursionError) as e:  # bytes that are no UTF-8; arrays nested thousands deep
+            return str(self.path), f"not JSON: {e}"
+        if not isinstance(doc, dict) or not isinstance(doc.get("gpus"), list):
+            return str(self.path), "expected an object with a 'gpus' list"
+        self._doc, self._key = doc, key
+        return None
 
     def _entry(self, doc: dict, index: int) -> dict:
         """The GPU's own entry in the document, before the timeline."""

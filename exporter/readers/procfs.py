@@ -12,6 +12,9 @@ from exporter.root import Root, SourceError
 
 SNMP = "proc/net/snmp"  # Ip, Icmp, Tcp, Udp, ...
 NETSTAT = "proc/net/netstat"  # TcpExt, IpExt, ...
+# Malformed pairs reported before the rest of a table is given up (a file of garbage would
+# otherwise make one problem, and one clause of the error, per pair).
+MAX_PROBLEMS = 10
 
 
 def read_snmp(root: Root, protocols: Collection[str] | None = None) -> dict[str, dict[str, int]]:
@@ -26,7 +29,7 @@ def read_snmp_table(root: Root, rel: str, protocols: Collection[str] | None = No
     """{protocol: {field: value}}, of the `protocols` asked for (all where None: the others
     are neither parsed nor checked; netstat holds hundreds of values, of which a reader
     wants a few). A malformed pair of lines is reported with its line number and leaves
-    out that protocol only."""
+    out that protocol only; after MAX_PROBLEMS of them the rest of the file is left out too."""
     path = str(root.path(rel))
     lines = root.read_text(rel).splitlines()
     out: dict[str, dict[str, int]] = {}
@@ -39,12 +42,17 @@ def read_snmp_table(root: Root, rel: str, protocols: Collection[str] | None = No
         fields, numbers = head.split(), values.split()
         if head_proto != value_proto or len(fields) != len(numbers):
             problems.append((i + 2, f"{value_proto or '?'} has {len(numbers)} values for {len(fields)} fields"))
+            if len(problems) == MAX_PROBLEMS:
+                break
             continue
         try:
             out[head_proto] = {f: int(n) for f, n in zip(fields, numbers)}
         except ValueError:
             problems.append((i + 2, f"{head_proto} values are not all integers"))
+            if len(problems) == MAX_PROBLEMS:
+                break
     if problems:
+        del lines  # not kept alive by the error's traceback, which holds this frame
         raise PartialTable(path, out, problems)
     return out
 

@@ -57,7 +57,9 @@ def read_jobs(folder: Root, errors: list[SourceError]) -> list[SlurmJob]:
         try:
             jobs.append(parse_job(name, text, path))
         except SourceError as e:
-            errors.append(e)
+            # Without its traceback, which holds the parse's frame and so the whole text (up to
+            # MAX_READ a file) for as long as the list of errors lives.
+            errors.append(e.with_traceback(None))
     return jobs
 
 
