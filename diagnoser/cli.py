@@ -15,10 +15,12 @@ from diagnoser.analysis.capacity import ModelSize
 from diagnoser.model.report import FINDINGS, HEALTHY
 from diagnoser.pipeline import Options, UnknownJob, audit, diagnose
 from diagnoser.render import FORMATS, render
+from diagnoser.render.document import safe
 from diagnoser.render.html_report import render_html
 from diagnoser.sources import Connection, Source, SourceError
 from gpunet.promapi import add_connection_arguments
-from gpunet.window import BOTH_SINCE_AND_START, parse_duration, parse_time
+from gpunet.trace import unwritable
+from gpunet.window import ArgumentParser, number, window_problem
 
 EXIT_STATUS = ("exit status: 0 a report was printed; 1 the source could not be read (one line on stderr says what "
                "and where); 2 a bad flag or value, or an unknown --job; with --fail-on-findings, 3 when the verdict "
@@ -35,19 +37,8 @@ def parse_count(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a count: {text!r} (e.g. 10B, 70e9, 350M)") from None
 
 
-def non_negative(text: str) -> float:
-    """A price: a finite number, 0 or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value < float("inf"):  # also false for NaN
-        raise argparse.ArgumentTypeError(f"{text!r}: a finite number, 0 or more")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="diagnose", description=__doc__.split("\n\n")[0], epilog=EXIT_STATUS)
+    p = ArgumentParser(prog="diagnose", description=__doc__.split("\n\n")[0], epilog=EXIT_STATUS)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--replay", metavar="FILE", help="a trace (.om or .om.gz, docs/trace-format.md)")
     src.add_argument("--prometheus", metavar="URL", default=os.environ.get("GPUNET_PROMETHEUS_URL"),
@@ -72,12 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--audit", action="store_true",
                    help="only the configuration audit (PFC/ECN, NUMA, PCIe, speeds, MTU, bonds); fast")
     cost = p.add_argument_group("capacity and cost")
-    cost.add_argument("--gpu-hour-price", type=non_negative, metavar="PRICE",
+    # Ranges wide enough for any model and currency; past them the arithmetic would overflow.
+    cost.add_argument("--gpu-hour-price", type=number(0, 1e6), metavar="PRICE",
                       help="what one GPU-hour costs: findings then say what their GPU idle cost")
     cost.add_argument("--currency", default="", help="currency of --gpu-hour-price, for the report (e.g. USD)")
-    cost.add_argument("--model-params", type=parse_count, metavar="N",
+    cost.add_argument("--model-params", type=number(1, 1e15, parse=parse_count), metavar="N",
                       help="parameters of the model trained (e.g. 10B, 70e9): shows the all-reduce arithmetic")
-    cost.add_argument("--bytes-per-param", type=float, default=2.0,
+    cost.add_argument("--bytes-per-param", type=number(0.125, 16), default=2.0,
                       help="bytes per gradient value (default 2: FP16/BF16)")
     return p
 
@@ -85,21 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
 def usage_problem(args: argparse.Namespace) -> str | None:
     """A value that cannot work, found before anything is read (exit 2, not a traceback
     after the whole analysis)."""
-    for flag, value, parse in (("--since", args.since, parse_duration), ("--start", args.start, parse_time),
-                               ("--end", args.end, parse_time)):
-        try:
-            if value is not None:
-                parse(value)
-        except ValueError as e:
-            return f"{flag}: {e}"
-    if args.since and args.start:
-        return f"--since: {BOTH_SINCE_AND_START}"
+    if problem := window_problem(args.since, args.start, args.end, server=not args.replay):
+        return problem
     if args.grafana_url and not re.fullmatch(r"https?://[^\s/?#]+[^\s?#]*", args.grafana_url):
         return f"--grafana-url {args.grafana_url}: expected http(s)://host[/path]"
-    if args.html:
-        folder = os.path.dirname(os.path.abspath(args.html))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            return f"--html {args.html}: no writable folder {folder}"
+    if args.html and (problem := unwritable(args.html)):
+        return f"--html {args.html}: {problem}"
     return None
 
 
@@ -109,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print("diagnose: give --replay FILE or --prometheus URL (or set GPUNET_PROMETHEUS_URL)", file=sys.stderr)
         return 2
     if problem := usage_problem(args):
-        print(f"diagnose: {problem}", file=sys.stderr)
+        print(f"diagnose: {safe(problem)}", file=sys.stderr)
         return 2
     source = Source(replay=args.replay, prometheus=None if args.replay else args.prometheus, since=args.since,
                     start=args.start, end=args.end, nccl=tuple(args.nccl),
@@ -119,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                       grafana_url=args.grafana_url)
 
     def progress(message: str) -> None:
-        print(f"diagnose: {message}", file=sys.stderr)
+        print(f"diagnose: {safe(message)}", file=sys.stderr)  # a label value's ESC must not drive the terminal
 
     try:
         if args.audit:
@@ -128,14 +111,18 @@ def main(argv: list[str] | None = None) -> int:
             return 3 if args.fail_on_findings and checked.configuration else 0
         report = diagnose(source, options, progress)
     except SourceError as e:
-        print(f"diagnose: {e}", file=sys.stderr)
+        progress(str(e))
         return 1
     except UnknownJob as e:
-        print(f"diagnose: {e}", file=sys.stderr)
+        progress(str(e))
         return 2
     if args.html:
-        with open(args.html, "w", encoding="utf-8") as f:
-            f.write(render_html(report))
+        try:
+            with open(args.html, "w", encoding="utf-8") as f:
+                f.write(render_html(report))
+        except OSError as e:  # checked before the analysis; a disk that filled since
+            progress(f"--html {args.html}: {e.strerror or e}")
+            return 1
     print(render(report, args.format), end="")
     if args.fail_on_findings and report.verdict != HEALTHY:
         return 3 if report.verdict == FINDINGS else 4

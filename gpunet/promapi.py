@@ -18,11 +18,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
-from gpunet.window import rfc3339
+from gpunet.window import number, rfc3339
 
-# The largest answer a query may return. One node x window query of 1024 nodes over 720
-# windows is about 25 MB; configuration and series lists are smaller.
-MAX_RESPONSE_BYTES = 256 << 20
+# The largest answer a query may return, as decoded from gzip. Memory is bounded whatever a
+# server sends: the answers being read at once hold at most CONCURRENCY of these (128 MiB),
+# and one at a time is decoded, into at most some 26 times its size (JSON of empty
+# objects; an answer of series takes 5 to 17 times). A larger answer is refused as over a
+# limit, which the diagnoser splits by nodes and time: its queries of 200 nodes over 120
+# windows answer a few MB.
+MAX_RESPONSE_BYTES = 16 << 20
+CONCURRENCY = 8  # queries in flight at once
+MAX_TIMEOUT = 86400.0  # seconds: --timeout 0 or NaN would be no timeout at all, a hang on a silent server
 
 
 class PromError(Exception):
@@ -92,7 +98,7 @@ class Auth:
 
 
 class PrometheusClient:
-    def __init__(self, url: str, auth: Auth | None = None, timeout: float = 60.0, concurrency: int = 8):
+    def __init__(self, url: str, auth: Auth | None = None, timeout: float = 60.0, concurrency: int = CONCURRENCY):
         auth = auth or Auth()
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -104,6 +110,8 @@ class PrometheusClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._semaphore = asyncio.Semaphore(concurrency)
         self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+        self._in_flight: set[asyncio.Task] = set()  # the tasks waiting on a request
         self.requests = 0
         self.bytes_received = 0  # as on the wire (gzip where the server compresses)
         self.bytes_decoded = 0  # the JSON those bytes hold
@@ -125,6 +133,11 @@ class PrometheusClient:
         return self
 
     async def __aexit__(self, *exc) -> None:
+        # Requests still in flight (the siblings of one that failed, when the caller leaves on
+        # its error) are cancelled, not left to fail on the closed session as the loop ends.
+        self._closed = True
+        for task in self._in_flight:
+            task.cancel()
         if self._session is not None:
             await self._session.close()
 
@@ -153,6 +166,25 @@ class PrometheusClient:
 
     async def _get(self, path: str, params: list[tuple[str, str]], method: str = "POST",
                    decode: Callable[[bytes], object] = json.loads) -> object:
+        if self._closed:  # asked after the client closed (a sibling of a request that failed): abandoned
+            raise asyncio.CancelledError
+        task = asyncio.current_task()
+        assert task is not None
+        self._in_flight.add(task)
+        try:
+            return await self._ask(path, params, method, decode)
+        except PromError as e:
+            # Raised without the frames it came through: a caller holds the error while it runs
+            # the halves of a query refused over a limit, and those frames hold the answer read
+            # (up to MAX_RESPONSE_BYTES each: against a server that never ends its answers, all
+            # of them at once, 22 GB).
+            e.__context__ = None  # (an aiohttp error's frames, the answer read so far with them)
+            raise e.with_traceback(None) from None
+        finally:
+            self._in_flight.discard(task)
+
+    async def _ask(self, path: str, params: list[tuple[str, str]], method: str,
+                   decode: Callable[[bytes], object]) -> object:
         assert self._session is not None, "use 'async with PrometheusClient(...)'"
         url = self.url + path
         async with self._semaphore:
@@ -168,7 +200,7 @@ class PrometheusClient:
                                         f"basic auth")
                     try:
                         body = decode(raw) if raw else {}
-                    except ValueError:
+                    except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
                         body = {}
                     if not isinstance(body, dict):
                         raise PromError(f"{self.url}{path}: an answer that is no API response (a JSON "
@@ -251,7 +283,8 @@ def add_connection_arguments(parser) -> None:
     parser.add_argument("--bearer-token-file", help="file holding a bearer token for the Prometheus API")
     parser.add_argument("--basic-auth-user", help="basic auth user (password from $GPUNET_PROMETHEUS_PASSWORD)")
     parser.add_argument("--ca-file", help="CA certificate(s) to verify the server")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+    parser.add_argument("--timeout", type=number(0.001, MAX_TIMEOUT, " seconds"), default=60.0,
+                        help="seconds per request (default 60)")
 
 
 def client_from_arguments(url: str, args) -> PrometheusClient:

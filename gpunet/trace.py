@@ -19,14 +19,40 @@ strings to `TraceWriter.series_formatted`.
 
 from __future__ import annotations
 
+import gzip
+import io
 import math
+import os
 import queue
 import threading
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from gpunet.contract import BY_NAME, unit_of
+
+
+@contextmanager
+def open_trace(path: str | Path) -> Iterator[io.BufferedIOBase]:
+    """A trace's bytes, decompressed where it is gzip (told by its first bytes, not its
+    name). Opened once and read front to back: a pipe (`<(cat x.om.gz)`) reads as a file."""
+    with open(path, "rb") as raw:
+        yield gzip.GzipFile(fileobj=raw) if raw.peek(2)[:2] == b"\x1f\x8b" else raw
+
+
+def unwritable(path: str | Path) -> str | None:
+    """Why no file can be written at `path` (None: it can), told before the work that
+    makes it: a folder, a folder that does not exist, one not writable, a read-only file."""
+    target = Path(path).absolute()
+    if str(path).endswith("/") or target.is_dir():
+        return "a folder: give a file name in it"
+    if target.exists():
+        return None if os.access(target, os.W_OK) else "not writable"
+    folder = target.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        return f"no writable folder {folder}"
+    return None
 
 
 def escape_label(value: str) -> str:

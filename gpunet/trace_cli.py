@@ -15,23 +15,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gzip
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 from gpunet.contract import BY_NAME
-from gpunet.promapi import PromError, PrometheusClient, add_connection_arguments, client_from_arguments, where_data_is
-from gpunet.trace import TraceWriter
-from gpunet.window import resolve, rfc3339
+from gpunet.promapi import (
+    PromError,
+    PrometheusClient,
+    PromLimitError,
+    add_connection_arguments,
+    client_from_arguments,
+    where_data_is,
+)
+from gpunet.trace import TraceWriter, open_trace, unwritable
+from gpunet.window import ArgumentParser, resolve, rfc3339, window_problem
 
 CHUNK_SECONDS = 3600.0  # one range query covers at most this much time
+MIN_CHUNK_SECONDS = 60.0  # ... and a query refused over a limit is halved down to this
 # Off a terminal, a progress line at most this often: a long export shows it is alive, a
 # short one prints only its summary.
 PROGRESS_EVERY_S = 30.0
@@ -83,6 +91,23 @@ def _type_of(name: str, metadata: dict[str, list[dict]]) -> str:
     return "counter" if name.endswith("_total") else "gauge"
 
 
+async def _samples(client: PrometheusClient, selector: str, start: float, end: float, first: bool) -> list[dict]:
+    """The raw samples of `selector` in (start, end], as a range vector returns them (the
+    first chunk reaches back a millisecond, so that a sample exactly at the export's start
+    is kept). A query refused over a limit (the server's, or the size of an answer) is
+    halved in time and run again, down to MIN_CHUNK_SECONDS."""
+    try:
+        answer = await client.query(f"{selector}[{round((end - start) * 1000) + first}ms]", end)
+        return answer.get("result", [])
+    except PromLimitError:
+        if end - start <= MIN_CHUNK_SECONDS:
+            raise
+        middle = round((start + end) / 2, 3)
+        before, after = await asyncio.gather(_samples(client, selector, start, middle, first),
+                                             _samples(client, selector, middle, end, False))
+        return before + after
+
+
 async def export(client: PrometheusClient, out: Path, start: float, end: float, match: str | None,
                  progress: Callable[[int, int, str, int], None] | None = None) -> int:
     """Write the gpunet series the server holds in [start, end] (narrowed by `match`) into
@@ -103,14 +128,11 @@ async def export(client: PrometheusClient, out: Path, start: float, end: float, 
     with TraceWriter(out) as writer:
         for i, name in enumerate(names):
             inner = ",".join(m for m in (f'__name__="{name}"', matchers) if m)
-            # A range vector returns the raw samples in (t - range, t]; the first chunk
-            # reaches back a millisecond so that a sample exactly at `start` is kept.
-            results = await asyncio.gather(*(
-                client.query("{" + inner + "}" + f"[{int((ce - cs) * 1000) + (1 if k == 0 else 0)}ms]", ce)
-                for k, (cs, ce) in enumerate(chunks)))
+            results = await asyncio.gather(*(_samples(client, "{" + inner + "}", cs, ce, k == 0)
+                                             for k, (cs, ce) in enumerate(chunks)))
             series: dict[tuple, tuple[dict, list, list]] = {}
             for result in results:
-                for item in result.get("result", []):
+                for item in result:
                     labels = {k: v for k, v in item["metric"].items() if k != "__name__"}
                     entry = series.setdefault(tuple(sorted(labels.items())), (labels, [], []))
                     for ts, value in item.get("values", []):
@@ -133,8 +155,7 @@ def copy_plain(trace: Path, plain: Path) -> tuple[float, float, int]:
     """Write the trace uncompressed (promtool reads no gzip) and, in the same pass, find its
     (first, last, samples) timestamps; a malformed line is refused with its number."""
     lo, hi, n = float("inf"), float("-inf"), 0
-    opener = gzip.open if trace.suffix == ".gz" else open
-    with opener(trace, "rb") as src, open(plain, "wb") as dst:
+    with open_trace(trace) as src, open(plain, "wb") as dst:  # gzip or not by its first bytes; a pipe too
         for lineno, line in enumerate(src, 1):
             dst.write(line)
             if line.startswith(b"#") or not line.strip():
@@ -179,7 +200,7 @@ def prometheus_command(data: Path, listen: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gpunet-trace", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="gpunet-trace", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     e = sub.add_parser("export", help="write what a Prometheus server holds into a trace file")
     e.add_argument("out", help="trace file to write (.om or .om.gz)")
@@ -198,12 +219,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def usage_problem(args: argparse.Namespace) -> str | None:
+    """A flag that cannot work, found before any work (exit 2)."""
+    if args.command == "load":
+        _, colon, port = args.listen.rpartition(":")
+        if not (colon and port.isdigit() and 1 <= int(port) <= 65535):
+            return f"--listen {args.listen}: expected [HOST]:PORT with a port 1-65535"
+        return None
+    if not args.prometheus:
+        return "give --prometheus URL (or set GPUNET_PROMETHEUS_URL)"
+    if problem := window_problem(args.since, args.start, args.end, server=True):
+        return problem
+    if problem := unwritable(args.out):
+        return f"{args.out}: {problem}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if problem := usage_problem(args):
+        print(f"gpunet-trace: {problem}", file=sys.stderr)
+        return 2
     try:
         if args.command == "export":
-            if not args.prometheus:
-                raise ValueError("give --prometheus URL (or set GPUNET_PROMETHEUS_URL)")
             start, end = resolve(args.since, args.start, args.end)
 
             progress = Progress(sys.stderr)
@@ -228,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"--start {first:.0f} --end {last:.0f}", file=sys.stderr)
             os.execvp("prometheus", prometheus_command(data, args.listen))
         return 0
-    except EOFError as e:  # a gzip cut short
+    except (EOFError, zlib.error) as e:  # a gzip cut short, or corrupt
         print(f"gpunet-trace: {getattr(args, 'trace', '')}: {e}", file=sys.stderr)
         return 1
     except (PromError, ValueError, RuntimeError, OSError) as e:

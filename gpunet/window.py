@@ -1,10 +1,14 @@
-"""Time windows the way users type them: --since 1h, --start/--end as RFC 3339 or Unix time."""
+"""Time windows the way users type them: --since 1h, --start/--end as RFC 3339 or Unix time;
+and the numbers of the commands' other flags, each checked against its range."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import NoReturn
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -63,8 +67,52 @@ def resolve(since: str | None, start: str | None, end: str | None, now: float | 
     else:
         raise ValueError("give --since DURATION or --start TIME")
     if start_t >= end_t:
-        raise ValueError("the window is empty: start is not before end")
+        raise ValueError(f"--start {start} is not before --end {end or '(now)'}: the window is empty")
     return start_t, end_t
+
+
+def window_problem(since: str | None, start: str | None, end: str | None, server: bool) -> str | None:
+    """What is wrong with the window flags, in one line naming the flag (None: nothing), found
+    before any work. `server`: the window ends at --end or now, and needs --since or --start;
+    a trace's window ends at its last sample, known once it is read."""
+    for flag, value, parse in (("--since", since, parse_duration), ("--start", start, parse_time),
+                               ("--end", end, parse_time)):
+        try:
+            if value is not None:
+                parse(value)
+        except ValueError as e:
+            return f"{flag}: {e}"
+    if since and start:
+        return f"--since: {BOTH_SINCE_AND_START}"
+    if server or (start and end):
+        try:
+            resolve(since, start, end)
+        except ValueError as e:
+            return str(e)
+    return None
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, a mistake told in one line that names the flag ("diagnose: argument
+    --timeout: ..."), exit status 2, without the whole usage before it (--help shows that)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def number(low: float, high: float, unit: str = "", parse: Callable[[str], float] = float) -> Callable[[str], float]:
+    """An argparse type: a number from `low` to `high`, read by `parse`. NaN, the
+    infinities and anything outside the range are refused, in one line that says the range
+    (argparse names the flag)."""
+    def check(text: str) -> float:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not low <= value <= high:  # also false for NaN
+            raise argparse.ArgumentTypeError(f"{text!r}: from {low:g} to {high:g}{unit}")
+        return value
+    return check
 
 
 def rfc3339(t: float) -> str:

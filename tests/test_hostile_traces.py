@@ -10,10 +10,15 @@ Never a traceback; memory bounded."""
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from procs import REPO
 
 BASE = REPO / "replay_data" / "pfc_storm.om.gz"
@@ -418,3 +423,109 @@ def test_gpunet_trace_load_of_a_truncated_gzip_is_one_line(tmp_path):
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("gpunet-trace:") and str(cut) in line
+
+
+# ---- several damaged lines at once; pipes; control characters ----
+
+def test_five_damaged_lines_together_at_a_series_start_are_each_skipped(tmp_path, base_lines, clean_findings):
+    """A series' first samples each damaged (a value that is no number, labels cut, again,
+    no timestamp): the series' first blocks hold no sample at all, and come twice."""
+    lines = list(base_lines)
+    at = series_lines(lines, TX, "node-006:9845")[:5]
+    for i, how in zip(at, ("number", "labels", "number", "labels", "timestamp")):
+        key, value, ts = lines[i].rsplit(" ", 2)
+        cut = key.replace('instance="', "instance=", 1)
+        lines[i] = {"number": f"{key} 12x4 {ts}", "labels": f"{cut} {value} {ts}", "timestamp": f"{key} {value}"}[how]
+    trace = write(tmp_path / "five.om.gz", lines)
+    recovered(diagnose("--replay", str(trace), "--format", "json"), clean_findings, f"{trace}:{at[0] + 1}: not a number",
+              "malformed labels")
+
+
+@pytest.mark.parametrize("cat", ["cat", "zcat"])
+def test_a_trace_through_a_pipe_reads_as_the_file_does(cat, clean_findings):
+    """`--replay <(cat x.om.gz)`: gzip told by its first bytes, the pipe read once, front to back."""
+    result = subprocess.run(["bash", "-c", f'"$0" -m diagnoser.cli --replay <({cat} "$1") --format json',
+                             sys.executable, str(BASE)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    clean_stderr(result)
+    assert result.returncode == 0 and summary(result) == clean_findings, result.stderr
+    assert "warning" not in result.stderr, result.stderr
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_gpunet_trace_load_reads_a_gzip_trace_through_a_pipe(tmp_path):
+    data = tmp_path / "tsdb"
+    result = subprocess.run(["bash", "-c", '"$0" -m gpunet.trace_cli load <(cat "$1") --data "$2"', sys.executable,
+                             str(BASE), str(data)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "loaded" in result.stderr and "(2026-01-01T00:00:00Z .. 2026-01-01T00:29:56Z)" in result.stderr, result.stderr
+
+
+def test_control_characters_of_a_damaged_line_are_escaped_in_warnings_and_reports(tmp_path, base_lines,
+                                                                                    clean_findings):
+    """ESC, BEL and BS in a damaged line and in a label value: shown escaped on stderr, in
+    the text report and in the HTML page, never sent to the terminal or the browser raw."""
+    lines = list(base_lines)
+    at = series_lines(lines, TX)[9]
+    key, _, ts = lines[at].rsplit(" ", 2)
+    lines[at] = f"{key} \x1b[2J\x07\x08 {ts}"  # clear the screen, ring, back up
+    negative = series_lines(lines, TX, "node-011:9845")[9]  # the culprit's: warned about with its labels
+    key, _, ts = lines[negative].rsplit(" ", 2)
+    lines[negative] = f"{key} -5 {ts}"
+    lines = [l.replace('instance="node-011:9845"', 'instance="node-011\x1b]0;owned\x07:9845"') for l in lines]
+    trace = write(tmp_path / "ctl.om.gz", lines)
+    page = tmp_path / "report.html"
+    result = diagnose("--replay", str(trace), "--html", str(page))
+    assert result.returncode == 0, result.stderr
+    for where, text in (("stderr", result.stderr), ("text report", result.stdout),
+                        ("html", page.read_text(encoding="utf-8"))):
+        assert not set(text) & {"\x1b", "\x07", "\x08"}, where
+    assert f"{trace}:{at + 1}: not a number: value '\\x1b[2J\\x07\\x08'" in result.stderr, result.stderr
+    escaped = "node-011\\x1b]0;owned\\x07:9845"
+    assert escaped in result.stderr and escaped in result.stdout and escaped in page.read_text(encoding="utf-8")
+
+
+# ---- any damage, anywhere, several lines at once (Hypothesis) ----
+
+def _damaged(line: str, kind: int, junk: str) -> str:
+    key, _, rest = line.partition(" ")
+    value, _, ts = rest.partition(" ")
+    return [f"{key} {value}", key.replace('="', "=", 1) + " " + rest, f"{key} {junk} {ts}", f"{line} {junk}",
+            key[key.find("{"):] + " " + rest, f"{key} NaN {ts}", f"{key} -5 {ts}", f"{key} {value} {junk}",
+            f'{key[:-3]}{junk}"}} {rest}', line[:len(line) // 2], "", junk, f"{key} {value} 1e30", line + line][kind]
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory, base_lines):
+    """The committed trace's first three nodes: a second to read, so that many examples run."""
+    keep = ("node-001:", "node-002:", "node-003:")
+    return [l for l in base_lines if not l or l.startswith("#") or any(f'instance="{n}' in l for n in keep)]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data(), junk=st.sampled_from(["abc", "nan", "\x1b[31m", "", "x y", "1e999", "-1", '"', "{}"]))
+def test_the_reader_survives_several_damaged_lines_at_once(small_trace, data, junk):
+    """Up to three places, each of up to eight consecutive sample lines damaged in any of
+    fourteen ways (a series' first lines among the places): read, or refused with a
+    TraceError naming the file, never another error."""
+    from diagnoser.sources import replay
+
+    lines = list(small_trace)
+    samples = [i for i, l in enumerate(lines) if l and not l.startswith("#")]
+    starts = [k for k in range(len(samples)) if k == 0 or lines[samples[k]].rsplit(" ", 2)[0]
+              != lines[samples[k - 1]].rsplit(" ", 2)[0]]
+    for _ in range(data.draw(st.integers(1, 3))):
+        first = data.draw(st.sampled_from(starts) | st.integers(0, len(samples) - 9))
+        kinds = data.draw(st.lists(st.integers(0, 13), min_size=2, max_size=8))
+        for k, kind in enumerate(kinds):
+            i = samples[first + k]
+            lines[i] = _damaged(lines[i], kind, junk)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "t.om"
+        path.write_text("\n".join(lines), encoding="utf-8")
+        try:
+            trace = replay.read(path)
+        except replay.TraceError as e:
+            assert str(path) in str(e)
+        else:
+            assert trace.series and trace.first <= trace.last

@@ -2,12 +2,19 @@
 in one line, credentials never in a message."""
 
 import asyncio
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gpunet.promapi import Auth, PromError, PrometheusClient, redact
+from gpunet.promapi import MAX_RESPONSE_BYTES, Auth, PromError, PrometheusClient, redact
 
 TOKEN = "tok-9f8e7d"
 
@@ -84,6 +91,9 @@ async def hostile():
     async def success_but_odd(request: web.Request) -> web.Response:
         return web.json_response({"status": "success", "data": {"resultType": "matrix", "result": "oops"}})
 
+    async def nested(request: web.Request) -> web.Response:
+        return web.json_response(text="[" * 100_000 + "]" * 100_000)
+
     async def login_page(request: web.Request) -> web.Response:
         return web.Response(status=200, content_type="text/html",
                             text="<!DOCTYPE html>\n<html>\n<head><title>Sign in\n - SSO</title></head>\n"
@@ -98,6 +108,7 @@ async def hostile():
     app.router.add_post("/missing/api/v1/query", not_found_page)
     app.router.add_post("/endless/api/v1/query", endless)
     app.router.add_post("/list/api/v1/query", wrong_shape)
+    app.router.add_post("/nested/api/v1/query", nested)
     app.router.add_route("*", "/odd/{tail:.*}", success_but_odd)
     server = TestServer(app)
     await server.start_server()
@@ -188,3 +199,141 @@ async def test_a_refusal_over_a_query_limit_is_told_apart(counted):
     assert "too many samples" in str(err.value)
     # The limit named for the warning, and not one on each series' points (a split by nodes helps).
     assert err.value.limit == "too many samples" and not err.value.per_series
+
+
+@pytest.fixture
+async def endless_ranges():
+    """A Prometheus that lists its nodes, answers every instant query with nothing, and
+    streams every range query's answer without end (a matrix that never closes): plain, and
+    gzip (a few KB on the wire per MB decoded)."""
+    nodes = [f"node-{i:03d}:9845" for i in range(2)]
+    series = b'{"metric":{"instance":"node-001:9845","device":"mlx5_0"},"values":[[1767225600,"1"]]},'
+    chunk = b'{"status":"success","data":{"resultType":"matrix","result":[' + series * ((1 << 20) // len(series))
+    answered = {"plain": 0, "gzip": 0}
+
+    async def label_values(request: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": nodes})
+
+    async def instant(request: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": {"resultType": "vector", "result": []}})
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        gzipped = sum(answered.values()) % 2 == 1
+        answered["gzip" if gzipped else "plain"] += 1
+        resp = web.StreamResponse(headers={"Content-Type": "application/json",
+                                           **({"Content-Encoding": "gzip"} if gzipped else {})})
+        squeeze = zlib.compressobj(1, zlib.DEFLATED, 31)
+        try:
+            await resp.prepare(request)
+            while True:
+                await resp.write(squeeze.compress(chunk) + squeeze.flush(zlib.Z_SYNC_FLUSH) if gzipped else chunk)
+        except (ConnectionResetError, ConnectionError):
+            pass
+        return resp
+
+    app = web.Application()
+    app.router.add_route("*", "/api/v1/label/{name}/values", label_values)
+    app.router.add_route("*", "/api/v1/query", instant)
+    app.router.add_route("*", "/api/v1/query_range", endless)
+    server = TestServer(app)
+    await server.start_server()
+    yield f"http://127.0.0.1:{server.port}", answered
+    await server.close()
+
+
+def run_measured(cmd: list[str], limit_kib: int, timeout: float) -> tuple[int, str, int]:
+    """(exit status, stderr, peak RSS in KiB as the kernel counts it) of `cmd`, killed once
+    its RSS passes `limit_kib` (a run that would take the machine's memory is stopped there)."""
+    from procs import REPO
+
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # its own rusage, not all children's
+            if pid:
+                break
+            try:
+                rss = next(int(l.split()[1]) for l in open(f"/proc/{proc.pid}/status") if l.startswith("VmRSS:"))
+            except (OSError, StopIteration):
+                rss = 0
+            if rss > limit_kib or time.monotonic() > deadline:
+                proc.kill()
+            time.sleep(0.05)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        return proc.returncode, err.read().decode(), usage.ru_maxrss
+
+
+async def test_diagnose_against_endless_answers_stays_under_a_gigabyte(endless_ranges):
+    """Every range query streams without end, all of them in flight at once: each answer is
+    refused at its cap, and the diagnose process (its peak RSS) stays under 1 GB until it
+    ends, in one line."""
+    url, answered = endless_ranges
+    cmd = [sys.executable, "-m", "diagnoser.cli", "--prometheus", url, "--since", "1h"]
+    # The server runs in this event loop: the command is waited for on a thread.
+    status, stderr, peak_kib = await asyncio.get_running_loop().run_in_executor(None, run_measured, cmd, 1 << 20, 240)
+    assert peak_kib < 1 << 20, f"peak RSS {peak_kib >> 10} MiB (killed past 1 GiB); {answered}"
+    assert answered["plain"] >= 8 and answered["gzip"] >= 8, answered  # all its queries were in flight
+    assert status == 1 and "Traceback" not in stderr, stderr
+    assert f"over {MAX_RESPONSE_BYTES >> 20} MiB" in stderr.strip().splitlines()[-1], stderr
+    print(f"peak RSS {peak_kib >> 10} MiB over {answered} endless answers")
+
+
+async def test_json_nested_deeper_than_python_recurses_is_one_line(hostile):
+    async with PrometheusClient(hostile + "/nested") as client:
+        with pytest.raises(PromError) as err:
+            await client.query("up", 1767225600)
+    assert "\n" not in str(err.value) and "HTTP 200" in str(err.value), err.value
+
+
+@pytest.fixture
+async def small_limit():
+    """A server holding one series, a sample every 15 s, that refuses any query over more
+    than 20 minutes of it as too many samples (as VictoriaMetrics' -search.maxSamplesPerQuery)."""
+    start = 1767225600.0
+    stamps = [start + 15 * i for i in range(2 * 240 + 1)]
+
+    async def label_values(request: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": ["gpunet_nic_up"]})
+
+    async def metadata(request: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": {}})
+
+    async def query(request: web.Request) -> web.Response:
+        form = await request.post()
+        at, span = float(form["time"]), int(re.search(r"\[(\d+)ms\]", form["query"]).group(1)) / 1000
+        if span > 1200:
+            return web.json_response({"status": "error", "errorType": "execution", "error": "query processing would "
+                                      "load too many samples into memory in query execution"}, status=422)
+        values = [[t, "1"] for t in stamps if at - span < t <= at]
+        return web.json_response({"status": "success", "data": {"resultType": "matrix", "result": [
+            {"metric": {"__name__": "gpunet_nic_up", "instance": "n1:9845", "device": "ib0"}, "values": values}]
+            if values else []}})
+
+    app = web.Application()
+    app.router.add_route("*", "/api/v1/label/{name}/values", label_values)
+    app.router.add_get("/api/v1/metadata", metadata)
+    app.router.add_post("/api/v1/query", query)
+    server = TestServer(app)
+    await server.start_server()
+    yield f"http://127.0.0.1:{server.port}", stamps
+    await server.close()
+
+
+async def test_export_halves_a_query_refused_over_a_limit(small_limit, tmp_path):
+    """An hour's query refused over the server's limit is split in time until it passes:
+    every sample exported, once."""
+    import gzip
+
+    from procs import REPO
+
+    url, stamps = small_limit
+    out = tmp_path / "x.om.gz"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpunet.trace_cli", "export", "--prometheus", url, "--start", f"{stamps[0]:.0f}",
+        "--end", f"{stamps[-1]:.0f}", str(out), cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    lines = [l for l in gzip.decompress(out.read_bytes()).decode().splitlines() if not l.startswith("#")]
+    assert [float(l.rsplit(" ", 1)[1]) for l in lines] == stamps

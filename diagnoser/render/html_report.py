@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from diagnoser.model.report import FINDINGS, HEALTHY, CulpritChart, Finding, GpuTimeChart, Report
-from diagnoser.render.document import plural
+from diagnoser.render.document import plural, safe
 from diagnoser.render.text import evidence_lines, impact, jobs_table, render_text, span_words, window_words
 from gpunet.window import rfc3339
 
@@ -33,6 +33,12 @@ STATE_WORDS = {"quiet": "with the network quiet", "active": "while the links mov
                "saturated": "while the links ran at line rate", "paused": "while the links stood paused"}
 
 
+def _escape(text: str) -> str:
+    """What the data names, as the page shows it: control characters escaped (as in the text
+    report: a label value's ESC is no byte of the page), then HTML's own."""
+    return html.escape(safe(text))
+
+
 def _x(t: float, t0: float, t1: float) -> float:
     return PAD + (WIDTH - 2 * PAD) * (t - t0) / max(t1 - t0, 1e-9)
 
@@ -42,7 +48,7 @@ def _shade(spans: list[tuple[float, float, str]], t0: float, t1: float) -> str:
     for start, end, name in spans:
         x0, x1 = _x(max(start, t0), t0, t1), _x(min(end, t1), t0, t1)
         out.append(f'<rect class="finding" x="{x0:.1f}" y="{PAD / 2:.1f}" width="{max(x1 - x0, 1):.1f}" '
-                   f'height="{HEIGHT - PAD:.1f}" fill="#000" fill-opacity="0.08"><title>{html.escape(name)}'
+                   f'height="{HEIGHT - PAD:.1f}" fill="#000" fill-opacity="0.08"><title>{_escape(name)}'
                    f'</title></rect>')
     return "".join(out)
 
@@ -89,7 +95,7 @@ def _axes(t0: float, t1: float, label: str, ticks: list[tuple[float, str]]) -> s
     times, step = time_ticks(t0, t1)
     out = [f'<line x1="{PAD}" y1="{y0}" x2="{WIDTH - PAD}" y2="{y0}" stroke="#333"/>',
            f'<line x1="{PAD}" y1="{y0}" x2="{PAD}" y2="{y1}" stroke="#333"/>',
-           f'<text x="{PAD}" y="{y1 - 6:.1f}" font-size="11">{html.escape(label)} (times in UTC)</text>']
+           f'<text x="{PAD}" y="{y1 - 6:.1f}" font-size="11">{_escape(label)} (times in UTC)</text>']
     for k, t in enumerate(times):
         x = _x(t, t0, t1)
         out.append(f'<line class="tick" x1="{x:.1f}" y1="{y0}" x2="{x:.1f}" y2="{y0 + 4}" stroke="#333"/>'
@@ -101,7 +107,7 @@ def _axes(t0: float, t1: float, label: str, ticks: list[tuple[float, str]]) -> s
             out.append(f'<line x1="{PAD}" y1="{y:.1f}" x2="{WIDTH - PAD}" y2="{y:.1f}" stroke="#ddd" '
                        f'stroke-width="0.5"/>')
         out.append(f'<text class="value-tick" x="{PAD - 4}" y="{y + 4:.1f}" font-size="10" text-anchor="end">'
-                   f'{html.escape(text)}</text>')
+                   f'{_escape(text)}</text>')
     return "".join(out)
 
 
@@ -171,7 +177,7 @@ def gpu_time_caption(report: Report) -> str:
     analysis's own notes (left-out checkpoints, a job's start) are listed below the chart."""
     chart = report.gpu_time_chart
     assert chart is not None
-    e = html.escape
+    e = _escape
     parts = ["Shaded: the span of each finding. Above the busy share, the idle share in each state of its "
              "node's network (the exporter's network_state)."]
     usual, dips = idle_dips(chart, report.findings)
@@ -206,9 +212,9 @@ def culprit_svg(chart: CulpritChart, cls: str) -> str:
     for i, (name, values, color) in enumerate(lines):
         points = " ".join(f"{_x(t, t0, t1):.1f},{y_of(v):.1f}" for t, v in zip(mids, values) if np.isfinite(v))
         svg.append(f'<polyline class="series" points="{points}" fill="none" stroke="{color}" stroke-width="2">'
-                   f'<title>{html.escape(name)}</title></polyline>')
+                   f'<title>{_escape(name)}</title></polyline>')
         svg.append(f'<text x="{PAD + 220 * i}" y="{HEIGHT + 11}" font-size="11" fill="{color}">'
-                   f'{html.escape(name)}</text>')
+                   f'{_escape(name)}</text>')
     shade = _shade([(chart.shade[0], chart.shade[1], cls)], t0, t1)
     return (f'<svg id="culprit-{chart.finding}" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" '
             f'height="{HEIGHT + 18}">{shade}{"".join(svg)}'
@@ -228,14 +234,14 @@ def _verdict(report: Report) -> str:
     else:
         text = "inconclusive: " + "; ".join(report.inconclusive_reasons)
     return (f'<p id="verdict" class="verdict-{report.verdict}" style="border-left:6px solid {color};'
-            f'padding:8px 12px;font-size:1.15em"><b>Verdict:</b> {html.escape(text)}</p>')
+            f'padding:8px 12px;font-size:1.15em"><b>Verdict:</b> {_escape(text)}</p>')
 
 
 def _jobs(report: Report) -> str:
     if not report.jobs:
         return ""
     table = jobs_table(report.jobs)
-    e = html.escape
+    e = _escape
     head = "".join(f"<th>{e(h)}</th>" for h in table.header)
     num = ' class="num"'
     rows = "".join("<tr>" + "".join(f"<td{num if k in table.right else ''}>{e(c)}</td>" for k, c in enumerate(row))
@@ -251,7 +257,7 @@ def _capacity_of(report: Report, f: Finding) -> dict | None:
 
 def _finding(n: int, f: Finding, chart: CulpritChart | None, capacity: dict | None, currency: str) -> str:
     """One finding as on-call reads it, its job named, its culprit chart below it."""
-    e = html.escape
+    e = _escape
     job = f'<p class="job">job <b>{e(f.job)}</b></p>' if f.job is not None else ""
     where = f"<li>culprits: {e(', '.join(f.nodes))}{' (' + e(', '.join(f.devices)) + ')' if f.devices else ''}</li>" \
         if f.nodes else ""
@@ -266,7 +272,7 @@ def _finding(n: int, f: Finding, chart: CulpritChart | None, capacity: dict | No
 
 
 def _capacity(report: Report) -> str:
-    e = html.escape
+    e = _escape
     if report.jobs is None:
         if not report.capacity:
             return ""
@@ -282,14 +288,14 @@ def _notes(report: Report) -> str:
     notes = report.all_notes()
     if not notes:
         return ""
-    return '<section id="notes"><h2>Notes</h2><ul>' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + \
+    return '<section id="notes"><h2>Notes</h2><ul>' + "".join(f"<li>{_escape(n)}</li>" for n in notes) + \
         "</ul></section>"
 
 
 def render_html(report: Report) -> str:
     """The page: what was diagnosed, the verdict, the jobs, the findings with their culprit
     charts, where GPU time went, capacity, notes, then the whole text report."""
-    e = html.escape
+    e = _escape
     s = report.summary
     charts = {c.finding: c for c in report.culprit_charts}
     currency = report.cost.currency if report.cost else ""
@@ -319,6 +325,6 @@ p.caption{{color:#444;font-size:.95em}}</style></head>
 {_capacity(report)}
 {_notes(report)}
 <details><summary>The whole report (as <code>diagnose</code> prints it)</summary>
-<pre id="report">{e(render_text(report))}</pre></details>
+<pre id="report">{html.escape(render_text(report))}</pre></details>
 </body></html>
 """

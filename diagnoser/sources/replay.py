@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Full, Queue
-from typing import BinaryIO, TypeVar, cast
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,7 @@ from diagnoser.model.frame import WANTED, Frame, FrameBuilder, choose_step, data
 from diagnoser.model.netconfig import SPARSE
 from diagnoser.sources.exposition import parse_series
 from gpunet import contract as c
-from gpunet.trace import format_labels
+from gpunet.trace import format_labels, open_trace
 from gpunet.window import LAST_SECOND
 
 BLOCK = 1 << 22  # bytes read at a time
@@ -50,12 +50,6 @@ class RawSeries:
     timestamps: np.ndarray  # seconds
     values: np.ndarray
     line: int = 0  # where its first sample is
-
-
-def _open(path: Path) -> BinaryIO:
-    with open(path, "rb") as probe:
-        magic = probe.read(2)
-    return cast(BinaryIO, gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb"))
 
 
 MAX_WARNINGS = 5  # of one kind; the rest are counted in one closing line
@@ -521,7 +515,7 @@ def _bodies(path: Path, reads: Callable[[bytes], bool]) -> Iterator[_Body | byte
 
 
 def _decompressed(path: Path) -> Iterator[bytes]:
-    with _open(path) as f:
+    with open_trace(path) as f:  # gzip or not by its first bytes; a pipe (`--replay <(cat x.om.gz)`) too
         while block := f.read(BLOCK):
             yield block
 
@@ -607,6 +601,8 @@ def _merge_repeated(stream: Iterator[RawSeries], notes: _Warnings) -> list[RawSe
     parts: dict[tuple[str, str], set[str]] = {}  # (instance, "device" or "gpu") -> names seen
     instances: set[str] = set()
     for s in stream:
+        if not len(s.timestamps):  # every sample of it dropped (and said so): nothing to keep or merge
+            continue
         k = (s.name, tuple(sorted(s.labels.items())))
         prev = first.get(k)
         if prev is None:

@@ -32,7 +32,8 @@ from gpunet.simulate.params import (
     parse_fault,
     parse_speed,
 )
-from gpunet.window import LAST_SECOND
+from gpunet.trace import unwritable
+from gpunet.window import LAST_SECOND, ArgumentParser
 
 FAULT_HELP = "; ".join(f"{c}: strength = {STRENGTH[c][2]}" for c in BOTTLENECK_CLASSES)
 VARIANTS = ("network_congestion: no_ecn; pfc_storm: -; packet_loss: fabric (non-localised; over --transport tcp "
@@ -41,7 +42,7 @@ VARIANTS = ("network_congestion: no_ecn; pfc_storm: -; packet_loss: fabric (non-
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="gpunet-simulate", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=("--fault CLASS:start=20m,dur=10m[,nodes=N|culprits=I+J (0-based)][,variant=V][,strength=X][,subtle=1]"
@@ -112,6 +113,8 @@ def spec_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> S
         raise ValueError(f"--start {args.start}: Unix seconds from 0 to {LAST_SECOND:.0f}")
     if not 0 <= args.compress_level <= 9:
         raise ValueError(f"--compress-level {args.compress_level}: 0 to 9")
+    if args.seed < 0:
+        raise ValueError(f"--seed {args.seed}: 0 or more")
     cluster = ClusterParams(nodes=args.nodes, gpus=args.gpus, nics=args.nics,
                             nic_speed=flag("nic-speed", parse_speed, args.nic_speed),
                             mgmt_speed=flag("mgmt-speed", parse_speed, args.mgmt_speed),
@@ -135,12 +138,15 @@ def spec_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> S
 def generate(argv: list[str], verbose: bool = False) -> dict:
     """Run the simulator on CLI-style arguments (the suite uses this): returns the stats."""
     from gpunet.simulate.engine import simulate
-    from gpunet.simulate.output import write_labels, write_trace
+    from gpunet.simulate.output import labels_path, write_labels, write_trace
 
     args = build_parser().parse_args(argv)
     # the recorded command names the output by its file name only, so it is the same wherever it runs
     shown = [a if a != args.out else args.out.rsplit("/", 1)[-1] for a in argv]
     spec = spec_from_args(args, shown)
+    for path in (args.out, labels_path(args.out)):  # checked before the work, not after it
+        if problem := unwritable(path):
+            raise ValueError(f"{path}: {problem}")
     t0 = time.perf_counter()
     result = simulate(spec)
     t1 = time.perf_counter()
@@ -165,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"gpunet-simulate: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # the output checked before the work; a disk that filled since
+        print(f"gpunet-simulate: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
