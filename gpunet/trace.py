@@ -230,3 +230,49 @@ def write_series(path: str | Path, series: Iterable[tuple[str, dict[str, str], S
             for labels, ts, vs in sorted(by_name[name], key=lambda item: sorted(item[0].items())):
                 w.series(name, labels, ts, vs)
         return w.samples
+
+
+def shift_trace(source: str | Path, dest: str | Path, last: float) -> float:
+    """Rewrite the trace `source` into `dest` with every sample moved by the same whole number
+    of seconds, so that its newest sample lies within the second before `last`; returns
+    the shift in seconds. A trace recorded long ago then reads as "the last 30 minutes" to a
+    server or service that judges a window ending now. `dest` is gzip when it ends in .gz.
+    Labels beside the trace (NAME.labels.json) move with `shift_labels`."""
+    newest = float("-inf")
+    with open_trace(source) as src:  # first pass: the newest sample
+        for lineno, line in enumerate(src, 1):
+            if not line.startswith(b"#") and line.strip():
+                newest = max(newest, _timestamp(line, source, lineno))
+    if newest == float("-inf"):
+        raise ValueError(f"{source}: no samples to shift")
+    offset = float(math.floor(last - newest))  # whole seconds: the newest lands in (last - 1, last]
+    dest = Path(dest)
+    with open_trace(source) as src, open(dest, "wb") as raw:
+        sink = _GzipSink(raw, 6) if dest.suffix == ".gz" else raw
+        for lineno, line in enumerate(src, 1):
+            if not line.startswith(b"#") and line.strip():
+                head = line.rstrip(b"\r\n").rsplit(b" ", 1)[0]
+                line = b"%s %.3f\n" % (head, _timestamp(line, source, lineno) + offset)
+            sink.write(line)
+        if sink is not raw:
+            sink.close()
+    return offset
+
+
+def _timestamp(line: bytes, source: str | Path, lineno: int) -> float:
+    try:
+        return float(line.rsplit(b" ", 2)[-1])
+    except (ValueError, IndexError):
+        text = line.decode("utf-8", "replace").strip()[:80]
+        raise ValueError(f"{source}:{lineno}: sample without a timestamp: {text!r}") from None
+
+
+def shift_labels(labels: dict, offset: float) -> dict:
+    """A trace's labels (NAME.labels.json) with every incident's and waited-on span moved by
+    `offset` seconds, as `shift_trace` moved the trace."""
+    moved = dict(labels)
+    for key in ("incidents", "waited_on"):
+        if key in labels:
+            moved[key] = [{**item, **{edge: item[edge] + offset for edge in ("start", "end") if edge in item}}
+                          for item in labels[key]]
+    return moved
