@@ -16,6 +16,7 @@ from exporter.readers.slurm_jobs import DEFAULT_DIR
 from exporter.workload_options import DEFAULT_POD_PATTERN, compile_pod_pattern
 from gpunet import __version__
 from gpunet.contract import DEFAULT_PORT
+from gpunet.settings import layered_defaults, listen_address, unknown_variable
 
 _SPEED = re.compile(r"^\s*([0-9.]+)\s*([kmgt]?)(bit|b|bps)?(/s)?\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
@@ -50,12 +51,7 @@ def pod_pattern(text: str) -> str:
     return text
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"--listen {text!r}: expected [HOST]:PORT with a port 1-65535, "
-                                         f"e.g. :{DEFAULT_PORT}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+parse_listen = listen_address(DEFAULT_PORT)
 
 
 # A tick of 0, a negative one or NaN would busy-loop a core; a day is far beyond any use.
@@ -162,20 +158,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
-
-
-def as_bool(value: object) -> bool:
-    """A switch from a config file or an environment variable; anything else is a ValueError
-    (GPUNET_NO_GPU=maybe is a mistake to report, not a "no")."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text not in TRUE + FALSE:
-        raise ValueError(f"{value!r} is not a switch (true/false, 1/0, yes/no, on/off)")
-    return text in TRUE
-
-
 def regex(text: str) -> str:
     try:
         re.compile(text)
@@ -184,40 +166,13 @@ def regex(text: str) -> str:
     return text
 
 
-def env_name(flag: str) -> str:
-    """--web.config.file -> GPUNET_WEB_CONFIG_FILE"""
-    return "GPUNET_" + flag.lstrip("-").replace(".", "_").replace("-", "_").upper()
-
-
-# GPUNET_* variables of the project's other tools, which may share the exporter's environment
-# (the systemd unit's environment file sets GPUNET_EXPORTER_OPTS): not the exporter's settings,
-# and no mistake either. Any other GPUNET_* variable that names no setting is refused.
-OTHER_TOOLS_VARIABLES = frozenset({
-    "GPUNET_EXPORTER_OPTS",  # deploy/systemd: the exporter's flags, expanded into its command line
-    "GPUNET_PROMETHEUS_URL", "GPUNET_PROMETHEUS_PASSWORD", "GPUNET_GRAFANA_URL",  # diagnose, gpunet-trace
-    "GPUNET_SLURM_DIR", "GPUNET_GPU_IDS",  # deploy/slurm: the prolog and epilog
-})
-
-
-def nearest(name: str, names: list[str]) -> str | None:
-    """The valid name nearest a misspelt one, if any is near."""
-    import difflib  # only for a mistake: a running exporter does not load it
-
-    close = difflib.get_close_matches(name, names, n=1)
-    return close[0] if close else None
-
-
-def unknown_variable(variable: str, known: list[str]) -> str | None:
-    """The complaint about a GPUNET_* environment variable that names no setting (`known`: the
-    variables that do); None for one that does, or that another tool reads."""
-    if not variable.startswith("GPUNET_") or variable in known or variable in OTHER_TOOLS_VARIABLES:
-        return None
-    m = re.fullmatch(r"GPUNET_(NO_)?COLLECTOR_(.+)", variable, re.IGNORECASE)
-    if m and (problem := unknown_collector(f"{'no-' if m.group(1) else ''}collector.{m.group(2).lower()}")):
-        return f"environment variable {variable}: {problem.partition(': ')[2]}"
-    # Compared without the prefix all share, upper case as the variables are written.
-    near = nearest(variable[len("GPUNET_"):].upper(), [v[len("GPUNET_"):] for v in known])
-    return f"unknown setting {variable} (environment variable)" + (f"; did you mean GPUNET_{near}?" if near else "")
+def collector_variable(variable: str, known: list[str]) -> str | None:
+    """unknown_variable, and a GPUNET_[NO_]COLLECTOR_* variable naming no collector."""
+    if variable.startswith("GPUNET_") and variable not in known:
+        m = re.fullmatch(r"GPUNET_(NO_)?COLLECTOR_(.+)", variable, re.IGNORECASE)
+        if m and (problem := unknown_collector(f"{'no-' if m.group(1) else ''}collector.{m.group(2).lower()}")):
+            return f"environment variable {variable}: {problem.partition(': ')[2]}"
+    return unknown_variable(variable, known)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -229,56 +184,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             break
         if arg.startswith("--") and (problem := unknown_collector(arg)):
             parser.error(problem)
-    first, _ = parser.parse_known_args(argv)
-    settings: dict[str, object] = {}
-    config_path = first.config or os.environ.get("GPUNET_CONFIG")
-    if config_path:
-        import yaml  # only with a settings file: an exporter without one does not load it
-
-        try:
-            with open(config_path, encoding="utf-8") as f:
-                loaded = yaml.safe_load(f) or {}
-        except (OSError, yaml.YAMLError) as e:
-            parser.error(f"--config {config_path}: {e}")
-        if not isinstance(loaded, dict):
-            parser.error(f"--config {config_path}: expected a mapping of flag names to values")
-        settings.update({str(k): v for k, v in loaded.items()})
-    by_flag = {opt.lstrip("-"): action for action in parser._actions for opt in action.option_strings
-               if opt.startswith("--")}
-    keys = [flag for flag in by_flag if flag not in ("config", "help", "version")]  # what a setting may be named
-    variables = ["GPUNET_CONFIG", *map(env_name, keys)]
-    for variable in sorted(os.environ):
-        if problem := unknown_variable(variable, variables):
-            parser.error(problem)
-    for flag, action in by_flag.items():
-        if env_name(flag) in os.environ:
-            value = os.environ[env_name(flag)]
-            settings[flag] = value.split(",") if isinstance(action, argparse._AppendAction) else value
-    defaults = {}
-    for key, value in settings.items():
-        action = by_flag.get(key)
-        if action is None and (problem := unknown_collector(key)):
-            parser.error(f"setting {problem} (in --config or GPUNET_* variables)")
-        if action is None or key in ("config", "help", "version"):
-            near = nearest(key, keys)
-            parser.error(f"unknown setting {key!r} (in --config or GPUNET_* variables)"
-                         + (f"; did you mean {near!r}?" if near else ""))
-        try:
-            if isinstance(action, argparse._StoreTrueAction):
-                value = as_bool(value)
-            elif isinstance(action, argparse.BooleanOptionalAction):
-                value = not as_bool(value) if key.startswith("no-") else as_bool(value)  # no-collector.NAME
-            elif isinstance(action, argparse._AppendAction):
-                values = value if isinstance(value, list) else [value]
-                value = [action.type(str(v)) if action.type else v for v in values]
-            elif action.type is not None:
-                value = action.type(str(value))
-            elif action.choices is not None and value not in action.choices:
-                raise ValueError(f"{value!r} is not one of {', '.join(map(str, action.choices))}")
-        except (argparse.ArgumentTypeError, ValueError) as e:
-            parser.error(f"setting {key} ({env_name(key)} or --config): {e}")
-        defaults[action.dest] = value
-    parser.set_defaults(**defaults)
+    layered_defaults(parser, argv, collector_variable, unknown_collector)
     args = parser.parse_args(argv)
     if not os.path.isdir(args.root):
         parser.error(f"--root {args.root}: not a folder")
