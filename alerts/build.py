@@ -60,6 +60,11 @@ class Settings:
     # The mixins' runbookURLPattern: `%s` is the alert's name in lower case. Set, it wins over
     # the base (a wiki with a page per alert).
     runbook_url_pattern: str = ""
+    # The diagnoser service (`diagnose serve`): its scrape job, the address where on-call opens
+    # its reports (its --external-url), and its --max-data-age (GpunetDiagnoserBlind's limit).
+    diagnoser_selector: str = 'job="gpunet-diagnoser"'
+    diagnoser_url: str = "http://gpunet-diagnoser.gpunet.svc:9846"
+    diagnoser_max_data_age: str = "5m"
 
     def runbook_url(self, alert: str) -> str:
         anchor = alert.lower()
@@ -76,6 +81,7 @@ class Alert:
     description: str
     for_: str | None = None
     comment: str = ""
+    links: tuple[tuple[str, str], ...] = ()  # more annotations: (name, URL template)
 
 
 @dataclass(frozen=True)
@@ -316,8 +322,100 @@ def rules(s: Settings) -> list[tuple[str, list[Record | Alert]]]:
                       "then (a busy host) is normal; a tenth of them for 15 minutes is a source too slow for the\n"
                       "interval (an mlx5 port's ethtool statistics ask its firmware) or a CPU limit too low."),
     ]
-    return [("gpunet.recording", recording), ("gpunet.network", network), ("gpunet.link", link),
-            ("gpunet.gpu", gpu), ("gpunet.config", config), ("gpunet.exporter", exporter)]
+    return with_diagnoser(s, [("gpunet.recording", recording), ("gpunet.network", network), ("gpunet.link", link),
+                              ("gpunet.gpu", gpu), ("gpunet.config", config), ("gpunet.exporter", exporter)])
+
+
+# ---------------------------------------------------------------- the diagnoser service
+# `diagnose serve` publishes its findings as series (docs/oncall.md); these rules page with the
+# cause it names, and say when it cannot see. Its series carry `workload` (the training job),
+# never the exporters' job/instance, which are the service's own scrape target.
+
+# Classes whose cause stops the whole job, or nearly, until someone acts: a storming NIC
+# freezes the fabric (pause propagation), a link down or flapping stops or retrains the rail
+# every collective crosses, RDMA loss on a lossless fabric stalls go-back-N for whole
+# timeouts. They page (critical). The others slow the job without stopping it, or are
+# chronic (a throttled GPU, a straggler, congestion, links too slow, input-bound hosts):
+# a ticket (warning).
+STALLING_CLASSES = ("pfc_storm", "link_degraded", "packet_loss")
+
+# The per-node alerts that a diagnosed cause explains: their nodes are the victims. They get
+# the node's `workload` (the one holding most of its GPUs) so that Alertmanager mutes them
+# while a GpunetDiagnosisFinding of that workload fires (deploy/alertmanager/alertmanager.yml).
+VICTIM_SYMPTOMS = ("GpunetGpusIdleNetworkBound", "GpunetPfcReceivePressure", "GpunetNetworkCongestion",
+                   "GpunetInfinibandCongestion")
+
+
+def seconds(duration: str) -> int:
+    """'5m' -> 300: a PromQL duration as the number a comparison needs."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        return int(float(duration[:-1]) * units[duration[-1]])
+    except (KeyError, ValueError, IndexError):
+        raise ValueError(f"duration {duration!r}: not a number followed by s, m, h or d") from None
+
+
+def with_diagnoser(s: Settings, groups: list[tuple[str, list[Record | Alert]]]) -> list[tuple[str, list[Record | Alert]]]:
+    """The groups, with the victims' symptom alerts labelled by workload, and the diagnoser's group."""
+    from dataclasses import replace
+
+    target = f"{s.cluster_label}, job, instance"
+    info = f"gpunet_gpu_workload_info{{{s.selector}}}"
+    # Adding 0 keeps the alert's value; topk picks one workload for a node two workloads share.
+    workload_of = f"0 * topk by ({target}) (1, count by ({target}, workload) ({info}))"
+
+    def labelled(item: Record | Alert) -> Record | Alert:
+        if not isinstance(item, Alert) or item.name not in VICTIM_SYMPTOMS:
+            return item
+        body = "\n".join("  " + line for line in item.expr.splitlines())
+        expr = (f"(\n{body}\n)\n+ on ({target}) group_left (workload)\n  {workload_of}\n"
+                f"or\n(\n{body}\n)\nunless on ({target}) {info}")
+        note = ("The node's workload is added where the exporter knows it (gpunet_gpu_workload_info),\n"
+                "so that a diagnosed cause of that workload mutes this alert in Alertmanager.")
+        return replace(item, expr=expr, comment=f"{item.comment}\n{note}" if item.comment else note)
+
+    return [(name, [labelled(i) for i in items]) for name, items in groups] + [("gpunet.diagnoser.alerts", diagnoser(s))]
+
+
+def diagnoser(s: Settings) -> list[Record | Alert]:
+    d = s.diagnoser_selector
+    age = seconds(s.diagnoser_max_data_age)
+    stalling = "|".join(STALLING_CLASSES)
+    report = ("report_url", f"{s.diagnoser_url}/reports/latest?job={{{{ $labels.workload | urlquery }}}}")
+
+    def finding(classes: str) -> str:
+        return (f"gpunet_diagnosis_finding{{{d}, {classes}}}\n"
+                f"* ignoring (summary) group_left (summary)\n  gpunet_diagnosis_finding_info{{{d}}}")
+
+    description = ("{{ $labels.summary }} (job {{ $labels.workload }}; culprit {{ $labels.culprit }}"
+                   "{{ if $labels.device }} {{ $labels.device }}{{ end }}). The report: " + report[1])
+    why_no_for = ("No `for`: the service names a cause only once it has lasted a minute of whole windows,\n"
+                  "and withdraws it when its data is older than --max-data-age. The summary label (the\n"
+                  "GPU-hours so far) changes as the incident goes on: each change re-notifies the group\n"
+                  "at its group_interval with the new figures.")
+    return [
+        Alert("GpunetDiagnosisFinding", finding(f'class=~"{stalling}"'), "critical",
+              "The diagnoser names the cause that stalls a training job.", description, links=(report,),
+              comment=f"Classes that stop the job ({', '.join(STALLING_CLASSES)}): a page.\n{why_no_for}"),
+        Alert("GpunetDiagnosisFinding", finding(f'class!~"{stalling}"'), "warning",
+              "The diagnoser names the cause that slows a training job.", description, links=(report,),
+              comment="The same alert for the classes that slow a job without stopping it: a ticket."),
+        Alert("GpunetDiagnoserBlind",
+              f"max without (workload) (gpunet_diagnosis_data_age_seconds{{{d}}}) > {age}\nor\n"
+              f"time() - gpunet_diagnosis_last_success_timestamp_seconds{{{d}}} > {age}\nor\n"
+              f"absent(gpunet_diagnosis_last_success_timestamp_seconds{{{d}}})",
+              "warning", "The gpunet diagnoser judges no fresh data.",
+              "{{ if $labels.instance }}The gpunet diagnoser {{ $labels.instance }} has had no data newer than "
+              "{{ $value | humanizeDuration }} to judge, or no run that finished for as long (its limit is "
+              f"{s.diagnoser_max_data_age}): its findings are withdrawn and no cause pages.{{{{ else }}}}No gpunet "
+              "diagnoser ({{ $labels.job }}) has finished a run: no cause pages.{{ end }}", "1m",
+              "Its source (Prometheus, VictoriaMetrics) unreachable or behind, every run failing or timing out,\n"
+              "or no diagnoser scraped at all (absent). Symptom alerts still page people directly."),
+        Alert("GpunetDiagnoserDown", f"up{{{d}}} == 0", "warning", "The gpunet diagnoser cannot be scraped.",
+              "Prometheus has failed to scrape the gpunet diagnoser {{ $labels.instance }} for over 2 minutes: "
+              "it diagnoses nothing and answers no alert.", "2m",
+              "Warning, not critical: the symptom alerts still page people directly, without their cause."),
+    ]
 
 
 def _quote(text: str) -> str:
@@ -355,6 +453,7 @@ def render(s: Settings) -> str:
             out += ["        labels:", f"          severity: {item.severity}", "        annotations:",
                     f"          summary: {_quote(item.summary)}", f"          description: {_quote(item.description)}",
                     f"          runbook_url: {_quote(s.runbook_url(item.name))}"]
+            out += [f"          {name}: {_quote(url)}" for name, url in item.links]
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 
@@ -376,13 +475,22 @@ def main(argv: list[str]) -> int:
     p.add_argument("--runbook-url-pattern", default=defaults.runbook_url_pattern,
                    help="the mixins' runbookURLPattern instead: a URL with %%s for the alert's name in lower case, "
                         "e.g. https://wiki.example.org/gpunet/%%s")
+    p.add_argument("--diagnoser-selector", default=defaults.diagnoser_selector,
+                   help=f"label matchers of the diagnoser service's series ({defaults.diagnoser_selector})")
+    p.add_argument("--diagnoser-url", default=defaults.diagnoser_url,
+                   help="the diagnoser's address as on-call opens it (its --external-url); findings link "
+                        f"URL/reports/latest?job=<workload> ({defaults.diagnoser_url})")
+    p.add_argument("--diagnoser-max-data-age", default=defaults.diagnoser_max_data_age,
+                   help=f"the diagnoser's --max-data-age: older data blinds it ({defaults.diagnoser_max_data_age})")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--check", action="store_true", help="exit 1 if --out differs from this build")
     args = p.parse_args(argv)
     if args.runbook_url_pattern and "%s" not in args.runbook_url_pattern:
         p.error(f"--runbook-url-pattern {args.runbook_url_pattern!r}: no %s where the alert's name goes")
     text = render(Settings(args.selector, args.cluster_label, args.rate_interval, args.runbook_url_base,
-                           args.short_rate_interval, args.runbook_url_pattern))
+                           args.short_rate_interval, args.runbook_url_pattern, diagnoser_selector=args.diagnoser_selector,
+                           diagnoser_url=args.diagnoser_url.rstrip("/"),
+                           diagnoser_max_data_age=args.diagnoser_max_data_age))
     if args.check:
         if not args.out.exists() or args.out.read_text(encoding="utf-8") != text:
             print(f"stale (run python alerts/build.py): {args.out}", file=sys.stderr)

@@ -35,15 +35,29 @@ def test_amtool_accepts_the_configuration():
 
 
 @pytest.mark.parametrize("labels, receiver", [
-    (["severity=critical", "alertname=GpunetPfcStorm"], "pager"),
+    # symptoms: to the diagnoser service and to people
+    (["severity=critical", "alertname=GpunetPfcStorm"], "diagnoser,pager"),
+    (["severity=warning", "alertname=GpunetPfcReceivePressure"], "diagnoser,tickets"),
+    (["severity=warning", "alertname=GpunetGpusIdleNetworkBound", "workload=training/llm-a"], "diagnoser,tickets"),
+    # not symptoms of a job's network: to people only
     (["severity=critical", "alertname=GpunetGpuXidErrors", "xid=79"], "pager"),
-    (["severity=warning", "alertname=GpunetPfcReceivePressure"], "tickets"),
     (["severity=info", "alertname=GpunetGpuXidOther", "xid=13"], "blackhole"),
+    # the diagnosis: a stalling cause pages, a slowing one is a ticket; never back to the service
+    (["severity=critical", "alertname=GpunetDiagnosisFinding", "workload=training/llm-a", "class=pfc_storm"], "pager"),
+    (["severity=warning", "alertname=GpunetDiagnosisFinding", "workload=vision-b", "class=straggler"], "tickets"),
+    (["severity=warning", "alertname=GpunetDiagnoserBlind"], "tickets"),
+    (["severity=warning", "alertname=GpunetDiagnoserDown"], "tickets"),
     (["alertname=SomethingElse"], "default"),
 ])
 def test_routes_send_each_severity_where_it_belongs(labels, receiver):
     result = amtool("config", "routes", "test", f"--config.file={CONFIG}", f"--verify.receivers={receiver}", *labels)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_diagnoser_webhook_is_the_services_endpoint_and_hears_resolutions():
+    receivers = {r["name"]: r for r in yaml.safe_load(CONFIG.read_text())["receivers"]}
+    (hook,) = receivers["diagnoser"]["webhook_configs"]
+    assert hook["url"].endswith("/api/v1/alertmanager") and hook["send_resolved"] is True
 
 
 def test_every_severity_the_rules_use_has_a_route():
@@ -126,3 +140,64 @@ def test_on_the_storm_trace_only_the_storm_pages(tmp_path):
     finally:
         am.stop()
         prom.stop()
+
+
+def _start_alertmanager(tmp_path, config=CONFIG) -> tuple[Process, str]:
+    port = free_port()
+    am = Process(["prometheus-alertmanager", f"--config.file={config}", f"--storage.path={tmp_path / 'am'}",
+                  f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+                 tmp_path / "alertmanager.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: http_get(url + "/-/ready")[0] == 200, what="alertmanager ready")
+    except TimeoutError:
+        am.stop()
+        raise AssertionError(f"alertmanager did not start:\n{am.log()}") from None
+    return am, url
+
+
+def test_a_diagnosed_cause_mutes_its_own_jobs_symptoms_only(tmp_path):
+    """A GpunetDiagnosisFinding of training/llm-a: the symptom alerts of llm-a's nodes are
+    inhibited by it; another job's, and a node without a workload, still notify."""
+    am, url = _start_alertmanager(tmp_path)
+    finding = {"alertname": "GpunetDiagnosisFinding", "severity": "critical", "cluster": "c1",
+               "workload": "training/llm-a", "class": "pfc_storm", "culprit": "node-003:9845",
+               "job": "gpunet-diagnoser", "instance": "diag:9846"}
+    victims = [{"alertname": name, "severity": "warning", "cluster": "c1", "job": "gpunet",
+                "instance": instance, **({"workload": workload} if workload else {})}
+               for name, instance, workload in [
+                   ("GpunetGpusIdleNetworkBound", "node-001:9845", "training/llm-a"),
+                   ("GpunetPfcReceivePressure", "node-004:9845", "training/llm-a"),
+                   ("GpunetGpusIdleNetworkBound", "node-020:9845", "vision-b"),  # another job
+                   ("GpunetGpusIdleNetworkBound", "node-030:9845", None),  # no workload known
+               ]]
+    other_cluster = {**victims[0], "cluster": "c2", "instance": "node-001:9845"}
+    alerts = [{"labels": labels, "annotations": {"summary": "s"}} for labels in [finding, *victims, other_cluster]]
+    try:
+        request = urllib.request.Request(url + "/api/v2/alerts", data=json.dumps(alerts).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=10) as r:
+            assert r.status == 200
+
+        def state() -> dict[tuple[str, str], list[str]]:
+            got = json.loads(http_get(f"{url}/api/v2/alerts?active=true&inhibited=true")[2])
+            return {(a["labels"]["cluster"], a["labels"]["alertname"], a["labels"].get("instance")):
+                    a["status"]["inhibitedBy"] for a in got}
+
+        muted = {("c1", "GpunetGpusIdleNetworkBound", "node-001:9845"), ("c1", "GpunetPfcReceivePressure", "node-004:9845")}
+
+        def settled() -> bool:
+            s = state()
+            return len(s) == len(alerts) and {k for k, v in s.items() if v} >= muted
+        try:
+            wait_for(settled, what="the finding inhibiting its job's symptoms")
+        except TimeoutError:
+            pass  # the assertions below say what differs
+        s = state()
+        assert {k for k, v in s.items() if v} == muted, s
+        fingerprint = next(a["fingerprint"] for a in json.loads(http_get(f"{url}/api/v2/alerts")[2])
+                           if a["labels"]["alertname"] == "GpunetDiagnosisFinding")
+        assert all(v == [fingerprint] for k, v in s.items() if k in muted), s
+        assert s[("c2", "GpunetGpusIdleNetworkBound", "node-001:9845")] == []  # another cluster's same job
+    finally:
+        am.stop()

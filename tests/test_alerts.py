@@ -41,17 +41,22 @@ NOT_IN_TRACES = {"up", "gpunet_gpu_xid_errors_total", "gpunet_nic_fabric", "gpun
                  # GPU and PHY health are newer than the traces (fixtures, goldens and promtool tests hold them)
                  "gpunet_gpu_row_remap_failed", "gpunet_gpu_row_remap_pending", "gpunet_gpu_ecc_errors_total",
                  "gpunet_gpu_nvlink_errors_total", "gpunet_nic_symbol_errors_total",
-                 "gpunet_nic_fec_uncorrectable_blocks_total"}
+                 "gpunet_nic_fec_uncorrectable_blocks_total",
+                 # the diagnoser service's own series (`diagnose serve`), never in an exporter's trace
+                 "gpunet_diagnosis_finding", "gpunet_diagnosis_finding_info", "gpunet_diagnosis_data_age_seconds",
+                 "gpunet_diagnosis_last_success_timestamp_seconds"}
 
 # Healthy traces where an alert rightly fires: in healthy_confounders one node's GPU
 # collector fails all along (the "missing GPU series" confounder), which is what
-# GpunetCollectorDown is for; its job is healthy, no other alert may fire.
-HEALTHY_EXCEPT = {"healthy_basic": set(), "healthy_join_leave": set(),
-                  "healthy_confounders": {"GpunetCollectorDown"}}
+# GpunetCollectorDown is for; its job is healthy, no other alert may fire. No diagnoser
+# service runs beside a trace's server: GpunetDiagnoserBlind rightly says none reports.
+HEALTHY_EXCEPT = {"healthy_basic": {"GpunetDiagnoserBlind"}, "healthy_join_leave": {"GpunetDiagnoserBlind"},
+                  "healthy_confounders": {"GpunetCollectorDown", "GpunetDiagnoserBlind"}}
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["promtool", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+    # Every unit test file at once takes a minute on a busy 2-core machine: the bound is for a hang.
+    return subprocess.run(["promtool", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
 def test_promtool_check_rules_is_clean():
@@ -101,19 +106,25 @@ def test_every_alert_has_its_runbook_section():
     base = _build_module().Settings().runbook_url_base  # the default build's
     assert base == "docs/runbook.md" and (REPO / base).is_file()
     urls = re.findall(r'runbook_url:\s*"' + re.escape(base) + '#([^"]+)"', text)
-    assert len(urls) == len(alerts) == len(set(urls)) == len(re.findall(r"runbook_url:", text))
+    assert len(urls) == len(alerts) == len(re.findall(r"runbook_url:", text))
     assert [a.lower() for a in alerts] == urls
+    # A name used twice is one alert at two severities (the mixins' way: GpunetDiagnosisFinding
+    # by class); otherwise every alert is its own.
+    severities = re.findall(r"^\s*- alert:\s*(\S+)(?:.|\n)*?severity: (\w+)", text, re.M)
+    assert len(severities) == len(alerts) and len(set(severities)) == len(severities), severities
     assert set(urls) <= anchors, set(urls) - anchors
     for alert in alerts:  # each section says why its threshold is where it is
         section = runbook.split(f"## {alert}\n", 1)[1].split("\n## ", 1)[0]
         for part in ("**Means.**", "**Threshold.**", "**Check.**", "**Do.**"):
             assert part in section, (alert, part)
     # every rule carries a mixin severity, a static summary, and a description that names the node
+    # (the diagnoser's findings: the culprit node it names)
     for block in re.split(r"^\s*- alert:", text, flags=re.M)[1:]:
         assert re.search(r"severity: (critical|warning|info)\n", block), block
         summary = re.search(r'summary: "(.*)"', block).group(1)
         assert "{{" not in summary, block
-        assert "description:" in block and "{{ $labels.instance }}" in block, block
+        assert "description:" in block and ("{{ $labels.instance }}" in block or "{{ $labels.culprit }}" in block), \
+            block
 
 
 def test_the_committed_rules_are_the_default_build(tmp_path):
@@ -141,7 +152,10 @@ def test_a_build_with_other_settings_holds_them_everywhere(tmp_path):
     selectors = re.findall(r"\b(gpunet_\w+|up)(\{[^}]*\}|\[|\)|\s|$)", exprs)
     raw = [name for name, after in selectors if not after.startswith("{") and ":" not in name]
     assert not raw, f"series without the selector: {raw}"
-    assert all('job="gpu-nodes"' in sel for _, sel in selectors if sel.startswith("{"))
+    # the exporters' series carry --selector, the diagnoser service's its own (--diagnoser-selector)
+    diagnoser = [(name, sel) for name, sel in selectors if 'job="gpunet-diagnoser"' in sel]
+    assert diagnoser and all(name.startswith("gpunet_diagnosis_") or name == "up" for name, _ in diagnoser)
+    assert all('job="gpu-nodes"' in sel for name, sel in selectors if sel.startswith("{") and (name, sel) not in diagnoser)
     assert "cluster" not in exprs and exprs.count("on (region, job, instance") >= 5
     assert "[5m]" not in text and "rate2m" in text and "https://wiki.example.com/runbook#gpunetpfcstorm" in text
 
@@ -287,7 +301,8 @@ def _firing(evaluations, trace: str, alert: str) -> dict[str, list[float]]:
     """{instance: [times the alert expression returned it]}."""
     out: dict[str, list[float]] = {}
     for series in evaluations[(trace, alert)]:
-        out.setdefault(series["metric"]["instance"], []).extend(float(t) for t, _ in series["values"])
+        # (no instance: an absent() alert, GpunetDiagnoserBlind's "no diagnoser at all")
+        out.setdefault(series["metric"].get("instance", ""), []).extend(float(t) for t, _ in series["values"])
     return out
 
 
