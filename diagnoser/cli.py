@@ -2,6 +2,8 @@
 
     diagnose --replay incident.om.gz                 # a trace; the window ends at its last sample
     diagnose --replay incident.om.gz --since 30m --format json
+    diagnose serve --prometheus URL                  # the service: docs/service.md
+    diagnose history --since 7d                      # what the service kept
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="NCCL inspector Prometheus dump (NCCL_INSPECTOR_PROM_DUMP: a .prom file or its folder); "
                         "per-rank bus bandwidth as a straggler and link signal. Repeatable")
     add_connection_arguments(p)
+    p.add_argument("--recording-rules", choices=("auto", "on", "off"), default="auto",
+                   help="read a server's per-node records (alerts/gpunet.rules.yml, group gpunet.diagnoser.records): "
+                        "auto where they exist over the window (default), on or fail, off: the raw series")
     p.add_argument("--fail-on-findings", action="store_true",
                    help="exit 3 when the verdict is findings, 4 when it is inconclusive (0: healthy)")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
@@ -86,7 +91,15 @@ def usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+SUBCOMMANDS = ("serve", "history")  # the service (docs/service.md); any other first word is a flag
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SUBCOMMANDS:
+        from diagnoser.service.cli import history_main, serve_main  # loaded only by the service
+
+        return serve_main(argv[1:]) if argv[0] == "serve" else history_main(argv[1:])
     args = build_parser().parse_args(argv)
     if not args.replay and not args.prometheus:
         print("diagnose: give --replay FILE or --prometheus URL (or set GPUNET_PROMETHEUS_URL)", file=sys.stderr)
@@ -95,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"diagnose: {safe(problem)}", file=sys.stderr)
         return 2
     source = Source(replay=args.replay, prometheus=None if args.replay else args.prometheus, since=args.since,
-                    start=args.start, end=args.end, nccl=tuple(args.nccl),
+                    start=args.start, end=args.end, nccl=tuple(args.nccl), recording_rules=args.recording_rules,
                     connection=Connection(args.bearer_token_file, args.basic_auth_user, args.ca_file, args.timeout))
     options = Options(job=args.job, model=ModelSize(args.model_params, args.bytes_per_param) if args.model_params
                       else None, gpu_hour_price=args.gpu_hour_price, currency=args.currency, charts=bool(args.html),

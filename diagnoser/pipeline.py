@@ -9,6 +9,7 @@ its findings are reported under its name.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
@@ -202,6 +203,13 @@ def _other_causes(findings: list[Finding]) -> list[Finding]:
     """Findings whose idle faster links would not give back: every class but those that
     make GPUs wait on links at line rate."""
     return [f for f in findings if rule(f.cls).waits_in != "saturated"]
+
+
+def job_report(report: Report, name: str) -> Report:
+    """The report of one job of `report`, as `--job NAME` gives it (a copy: `report` stays whole)."""
+    one = copy.deepcopy(report)
+    _only(one, name)
+    return one
 
 
 def _only(report: Report, name: str) -> None:
