@@ -40,8 +40,10 @@ def docs(path: Path) -> list[dict]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
 
 
-def manifest(kind: str) -> dict:
-    found = [d for p in MANIFESTS for d in docs(p) if d["kind"] == kind]
+def manifest(kind: str, diagnoser: bool = False) -> dict:
+    """The exporter's manifest of this kind (the namespace's), or the diagnoser service's."""
+    found = [d for p in MANIFESTS for d in docs(p)
+             if d["kind"] == kind and p.name.startswith("diagnoser-") == diagnoser]
     assert len(found) == 1, f"{kind}: expected one manifest, found {len(found)}"
     return found[0]
 
@@ -69,7 +71,7 @@ def test_yaml_parses(path):
 
 # ---- (2) schema validation ------------------------------------------------------------------
 
-CORE_KINDS = {"Namespace", "DaemonSet", "Service"}
+CORE_KINDS = {"Namespace", "DaemonSet", "Service", "Deployment", "PersistentVolumeClaim"}
 CRD_KINDS = {"ServiceMonitor", "PodMonitor"}
 
 
@@ -144,6 +146,8 @@ def test_monitor_crds_match_schema(kind):
     jsonschema = pytest.importorskip("jsonschema")  # CRDs: not in the Kubernetes schema
     errors = sorted(jsonschema.Draft202012Validator(MONITOR_SCHEMAS[kind]).iter_errors(manifest(kind)),
                     key=lambda e: list(e.path))
+    if kind == "ServiceMonitor":  # the diagnoser's too
+        errors += jsonschema.Draft202012Validator(MONITOR_SCHEMAS[kind]).iter_errors(manifest(kind, diagnoser=True))
     assert not errors, "\n".join(f"{kind} {'/'.join(map(str, e.path))}: {e.message}" for e in errors)
 
 
@@ -185,7 +189,11 @@ def test_kustomize_build_is_schema_valid():
     out = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     rendered = [d for d in yaml.safe_load_all(out.stdout) if d]
-    assert sorted(d["kind"] for d in rendered) == ["DaemonSet", "Namespace", "Service", "ServiceMonitor"]
+    assert sorted(d["kind"] for d in rendered) == ["DaemonSet", "Deployment", "Namespace", "PersistentVolumeClaim",
+                                                   "Service", "Service", "ServiceMonitor", "ServiceMonitor"]
+    # kustomize's images: entry names the diagnoser's image too
+    (diagnoser,) = [d for d in rendered if d["kind"] == "Deployment"]
+    assert diagnoser["spec"]["template"]["spec"]["containers"][0]["image"] == "gpunet-diagnoser:0.1.0"
     try:
         import kubernetes_validate as kv
     except ImportError:
@@ -665,7 +673,7 @@ def test_dockerfile_build_context_is_enough(tmp_path):
         pytest.skip("setuptools>=77 (the build backend) not installed: checked the COPY list statically only")
     ctx = tmp_path / "ctx"
     ctx.mkdir()
-    for s in copied:
+    for s in dict.fromkeys(copied):  # the exporter's and the diagnoser's build stages copy the same
         src = REPO / s
         if src.is_dir():
             shutil.copytree(src, ctx / s, ignore=shutil.ignore_patterns("__pycache__"))
@@ -765,3 +773,127 @@ def test_workload_attribution_component_renders_the_kubelet_mount(tmp_path):
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert all(m.get("readOnly") for m in mounts.values())
+
+
+# ---- the diagnoser service (diagnoser-*.yaml, the Dockerfile's diagnoser target) ---------------
+
+def diagnoser_container() -> dict:
+    (c,) = manifest("Deployment", diagnoser=True)["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def diagnoser_args() -> dict[str, str]:
+    args = diagnoser_container()["args"]
+    assert args[0] == "serve"
+    return dict(a.removeprefix("--").split("=", 1) for a in args[1:])
+
+
+def test_diagnoser_runs_once_on_its_history_volume():
+    """One pod at a time writes the SQLite history: 1 replica, Recreate (a rolling update
+    would run two on the volume); the history flag points into the mounted claim."""
+    d = manifest("Deployment", diagnoser=True)
+    assert d["spec"]["replicas"] == 1 and d["spec"]["strategy"] == {"type": "Recreate"}
+    pod = d["spec"]["template"]["spec"]
+    assert d["spec"]["selector"]["matchLabels"].items() <= pod_labels(d).items()
+    mounts = {m["name"]: m["mountPath"] for m in diagnoser_container()["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    history = diagnoser_args()["history"]
+    (volume,) = [name for name, path in mounts.items() if history.startswith(path.rstrip("/") + "/")]
+    claim = volumes[volume]["persistentVolumeClaim"]["claimName"]
+    assert manifest("PersistentVolumeClaim", diagnoser=True)["metadata"]["name"] == claim
+    assert "emptyDir" in (K8S / "diagnoser-deployment.yaml").read_text()  # the documented alternative
+
+
+def pod_labels(d: dict) -> dict:
+    return d["spec"]["template"]["metadata"]["labels"]
+
+
+def test_diagnoser_is_hardened_and_sized():
+    pod = manifest("Deployment", diagnoser=True)["spec"]["template"]["spec"]
+    c = diagnoser_container()
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    assert pod["automountServiceAccountToken"] is False
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert {"requests", "limits"} <= set(c["resources"]) and c["resources"]["limits"]["memory"]
+    assert c["livenessProbe"]["httpGet"]["path"] == "/-/healthy"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/-/ready"
+    (port,) = c["ports"]
+    assert all(c[p]["httpGet"]["port"] == port["name"] for p in ("livenessProbe", "readinessProbe"))
+
+
+def test_diagnoser_is_reached_where_the_alerts_and_alertmanager_say():
+    """The Service selects the pod and names its port; the ServiceMonitor's job is the alert
+    rules' diagnoser selector; Alertmanager's webhook and the alerts' report links are the
+    Service's address, which is also the service's --external-url."""
+    import importlib.util
+
+    svc, mon = manifest("Service", diagnoser=True), manifest("ServiceMonitor", diagnoser=True)
+    d = manifest("Deployment", diagnoser=True)
+    (port,) = diagnoser_container()["ports"]
+    assert svc["spec"]["selector"].items() <= pod_labels(d).items()
+    (sport,) = svc["spec"]["ports"]
+    assert sport["targetPort"] == port["name"]
+    assert mon["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert [e["port"] for e in mon["spec"]["endpoints"]] == [sport["name"]]
+    job = svc["metadata"]["labels"][mon["spec"]["jobLabel"]]
+    spec = importlib.util.spec_from_file_location("alerts_build", REPO / "alerts" / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = build
+    spec.loader.exec_module(build)
+    assert build.Settings().diagnoser_selector == f'job="{job}"'
+    address = f"http://{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc:{sport['port']}"
+    assert diagnoser_args()["external-url"] == address == build.Settings().diagnoser_url
+    am = yaml.safe_load((DEPLOY / "alertmanager" / "alertmanager.yml").read_text())
+    (hook,) = next(r for r in am["receivers"] if r["name"] == "diagnoser")["webhook_configs"]
+    assert hook["url"] == f"{address}/api/v1/alertmanager"
+    assert str(sport["port"]) in diagnoser_args()["listen"]
+
+
+def test_diagnoser_image_is_a_target_of_the_dockerfile():
+    """`docker build --target diagnoser`: the "diagnoser" extra installed, the Deployment's
+    user, port and command; the exporter stays the default (last) target."""
+    import json
+
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    stages = re.split(r"^FROM ", text, flags=re.M)[1:]
+    named = {s.split("\n", 1)[0].split(" AS ")[-1].strip(): s for s in stages if " AS " in s.split("\n", 1)[0]}
+    assert " AS " not in stages[-1].split("\n", 1)[0]  # the default target, the exporter's
+    target = named["diagnoser"]
+    source = re.search(r"COPY --from=(\S+) (\S+)", target)
+    assert source and '[diagnoser]' in named[source.group(1)] and "pip install" in named[source.group(1)]
+    get = dict(line.strip().partition(" ")[::2] for line in target.splitlines()[1:] if line.strip()
+               and not line.strip().startswith("#"))
+    pod = manifest("Deployment", diagnoser=True)["spec"]["template"]["spec"]
+    assert int(get["USER"].split(":")[0]) == pod["securityContext"]["runAsUser"]
+    assert int(get["EXPOSE"]) == diagnoser_container()["ports"][0]["containerPort"]
+    assert json.loads(get["ENTRYPOINT"]) == ["diagnose"] and json.loads(get["CMD"])[0] == "serve"
+    assert "/-/healthy" in get["HEALTHCHECK"]
+
+
+def test_diagnoser_deployment_args_run_the_real_service(served, tmp_path):
+    """The Deployment's own args, with its Prometheus, listen address and history put on this
+    machine: `diagnose serve` accepts them, and the probes' paths answer (ready after its
+    first run)."""
+    from procs import Process, free_port, http_get, wait_for
+
+    url = served(REPO / "replay_data" / "healthy_basic.om.gz")
+    port = free_port()
+    local = {"prometheus": url, "listen": f"127.0.0.1:{port}", "history": str(tmp_path / "history.sqlite")}
+    args = diagnoser_container()["args"]
+    argv = [a if a.partition("=")[0].removeprefix("--") not in local
+            else f"{a.partition('=')[0]}={local[a.partition('=')[0].removeprefix('--')]}" for a in args]
+    assert argv != args and len(argv) == len(args)
+    proc = Process([sys.executable, "-m", "diagnoser.cli", *argv], tmp_path / "diagnoser.log", cwd=REPO)
+    c = diagnoser_container()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: http_get(base + c["livenessProbe"]["httpGet"]["path"])[0] == 200, timeout=60,
+                 what="the liveness probe's path")
+        wait_for(lambda: http_get(base + c["readinessProbe"]["httpGet"]["path"])[0] == 200, timeout=120,
+                 what="the readiness probe's path (after the first run)")
+        assert (tmp_path / "history.sqlite").is_file()
+    finally:
+        proc.stop()
+        assert proc.popen.returncode is not None
