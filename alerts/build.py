@@ -65,6 +65,13 @@ class Settings:
     diagnoser_selector: str = 'job="gpunet-diagnoser"'
     diagnoser_url: str = "http://gpunet-diagnoser.gpunet.svc:9846"
     diagnoser_max_data_age: str = "5m"
+    # The diagnoser's per-node records (group gpunet.diagnoser.records): how often they are
+    # evaluated (at least the scrape interval; a diagnosis's windows are at least 4 of these,
+    # so your scrape interval gives the windows the raw series give), and how far back each
+    # looks for a counter's sample before (at least 2 scrape intervals: one missed scrape
+    # loses nothing).
+    records_interval: str = "1m"
+    records_lookback: str = "2m"
 
     def runbook_url(self, alert: str) -> str:
         anchor = alert.lower()
@@ -418,6 +425,88 @@ def diagnoser(s: Settings) -> list[Record | Alert]:
     ]
 
 
+# ---------------------------------------------------------------- the diagnoser's records
+# Per node, what `diagnose --prometheus` sums over a node's NICs and GPUs, so that a scheduled
+# diagnosis reads a few series a node, not every NIC's and GPU's (diagnoser/sources/recorded.py
+# reads them by these names; docs/diagnose.md says how to load them).
+DIAGNOSER_GROUP = "gpunet.diagnoser.records"
+NIC_INFO_LABELS = "rdma_device, port, driver, link_layer, numa_node, pci_address"
+# The NIC counters summed over the node's fabric NICs, with the labels summed away besides device.
+DIAGNOSER_NIC_COUNTERS = (
+    ("gpunet_nic_transmit_bytes_total", ""), ("gpunet_nic_receive_bytes_total", ""),
+    ("gpunet_nic_ecn_marked_packets_total", ""), ("gpunet_nic_cnp_sent_total", ""),
+    ("gpunet_nic_cnp_received_total", ""), ("gpunet_nic_rdma_loss_events_total", "kind"),
+    ("gpunet_nic_receive_discards_total", ""), ("gpunet_nic_receive_errors_total", ""),
+    ("gpunet_nic_carrier_changes_total", ""), ("gpunet_nic_saturated_seconds_total", "direction"),
+    ("gpunet_nic_transmit_wait_ticks_total", ""), ("gpunet_nic_pfc_pause_frames_total", "priority"))
+DIAGNOSER_GPU_COUNTERS = ("gpunet_gpu_busy_seconds_total", "gpunet_gpu_idle_seconds_total")
+
+
+def diagnoser_records(s: Settings) -> list[Record | Alert]:
+    """A counter is recorded as its growth since the previous evaluation (`:increase`),
+    computed per series as diagnose computes a window's (the difference of the last samples;
+    after a decrease, a reset, the value since), then summed: a NIC or GPU that appears or
+    leaves adds nothing, where a sum of the counters themselves would read a whole counter as
+    growth, or as a reset of them all."""
+    def m(metric: str, matchers: str = "") -> str:
+        inner = ", ".join(x for x in (s.selector, matchers) if x)
+        return f"{metric}{{{inner}}}"
+
+    every, back = s.records_interval, s.records_lookback
+    nic = f"{s.cluster_label}, job, instance, device"
+
+    def grew(metric: str) -> str:
+        # The newest sample only if it is new since the evaluation before, the one before it as
+        # far back as the lookback: a series that stopped (a node gone) records nothing, not
+        # zeros; an interval without a new sample records nothing and loses nothing (the
+        # next one's difference spans it).
+        now, before = f"last_over_time({m(metric)}[{every}])", f"last_over_time({m(metric)}[{back}] offset {every})"
+        return f"(({now} - {before}) >= 0 or ({now} < {before}))"
+
+    # The training fabric's NICs: the exporter's word where it exports one, else the NICs with
+    # an RDMA device, as gpunet.recording's fabric record (inlined: a rule engine backfilling
+    # these records cannot read another group's).
+    rdma = m("gpunet_nic_info", 'rdma_device!=""')
+    fabric = f"({m('gpunet_nic_fabric')} or max without ({NIC_INFO_LABELS}) ({rdma})) == 1"
+    on_fabric, off_fabric = f"and on ({nic}) ({fabric})", f"unless on ({nic}) ({fabric})"
+    speed = f"avg_over_time({m('gpunet_nic_link_speed_bytes_per_second')}[{every}])"
+    tx, rx = grew("gpunet_nic_transmit_bytes_total"), grew("gpunet_nic_receive_bytes_total")
+
+    def name(metric: str, operation: str = "increase") -> str:
+        return f"instance:{metric.removesuffix('_total')}:{operation}"
+
+    records: list[Record | Alert] = [
+        Record(name(metric), f"sum without (device{', ' + more if more else ''}) (\n  {grew(metric)}\n  {on_fabric}\n)",
+               "" if k else f"Growth since the evaluation before ({every} ago), over the node's fabric NICs.")
+        for k, (metric, more) in enumerate(DIAGNOSER_NIC_COUNTERS)]
+    records += [Record(name(metric), f"sum without (gpu) ({grew(metric)})",
+                       "" if k else "Growth since the evaluation before, over the node's GPUs.")
+                for k, metric in enumerate(DIAGNOSER_GPU_COUNTERS)]
+    records += [
+        Record(name("gpunet_gpu_throttled_seconds", "sum_max_increase"),
+               f"sum without (gpu) (max without (reason) ({grew('gpunet_gpu_throttled_seconds_total')}))",
+               "Each GPU's most active clock-event reason, summed over the node's GPUs."),
+        Record(name("gpunet_gpu_busy_seconds", "count"),
+               f"count without (gpu) (last_over_time({m('gpunet_gpu_busy_seconds_total')}[{every}]))"),
+        Record(name("gpunet_gpu_sm_clock_hertz", "avg"),
+               f"avg without (gpu) (avg_over_time({m('gpunet_gpu_sm_clock_hertz')}[{every}]))"),
+        Record(name("gpunet_nic_fabric_link_speed_bytes_per_second", "sum"),
+               f"sum without (device) ({speed} {on_fabric})"),
+        Record(name("gpunet_nic_other_link_speed_bytes_per_second", "sum"),
+               f"sum without (device) ({speed} {off_fabric})", "The NICs outside the fabric (management, storage)."),
+        Record(name("gpunet_nic_fabric_down", "count"),
+               f"sum without (device) ((min_over_time({m('gpunet_nic_up')}[{every}]) == bool 0) {on_fabric})"),
+        Record(name("gpunet_nic_fabric", "count"), f"count without (device) ({fabric})"),
+        Record(name("gpunet_nic_other_busier_direction_bytes"),
+               f"sum without (device) (\n  (({tx} >= {rx}) or {rx})\n  {off_fabric}\n)",
+               "Each NIC outside the fabric in its busier direction."),
+        Record(name("gpunet_nic_fabric_link_speed_bytes_per_second", "count_values"),
+               f'count_values without (device) ("speed", {speed} {on_fabric})',
+               "How many of the node's fabric NICs have each speed: the cluster's median link speed."),
+    ]
+    return records
+
+
 def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -439,8 +528,11 @@ def render(s: Settings) -> str:
              if s.runbook_url_base == Settings.runbook_url_base and not s.runbook_url_pattern else []),
            "# Check: promtool check rules alerts/gpunet.rules.yml; promtool test rules alerts/tests/*.yml",
            "groups:"]
-    for group, items in rules(s):
-        out += [f"  - name: {group}", "    rules:"]
+    for group, items in rules(s) + [(DIAGNOSER_GROUP, diagnoser_records(s))]:
+        out += [f"  - name: {group}"]
+        if group == DIAGNOSER_GROUP:
+            out.append(f"    interval: {s.records_interval}")
+        out.append("    rules:")
         for item in items:
             if item.comment:
                 out += [f"      # {line}" if line else "      #" for line in item.comment.splitlines()]
@@ -482,6 +574,12 @@ def main(argv: list[str]) -> int:
                         f"URL/reports/latest?job=<workload> ({defaults.diagnoser_url})")
     p.add_argument("--diagnoser-max-data-age", default=defaults.diagnoser_max_data_age,
                    help=f"the diagnoser's --max-data-age: older data blinds it ({defaults.diagnoser_max_data_age})")
+    p.add_argument("--records-interval", default=defaults.records_interval,
+                   help=f"evaluation interval of the {DIAGNOSER_GROUP} records ({defaults.records_interval}; "
+                        "your scrape interval gives diagnoses as fine windows as the raw series)")
+    p.add_argument("--records-lookback", default=defaults.records_lookback,
+                   help=f"how far back those records look for a counter's last sample "
+                        f"({defaults.records_lookback}; at least 2 scrape intervals)")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--check", action="store_true", help="exit 1 if --out differs from this build")
     args = p.parse_args(argv)
@@ -490,7 +588,8 @@ def main(argv: list[str]) -> int:
     text = render(Settings(args.selector, args.cluster_label, args.rate_interval, args.runbook_url_base,
                            args.short_rate_interval, args.runbook_url_pattern, diagnoser_selector=args.diagnoser_selector,
                            diagnoser_url=args.diagnoser_url.rstrip("/"),
-                           diagnoser_max_data_age=args.diagnoser_max_data_age))
+                           diagnoser_max_data_age=args.diagnoser_max_data_age,
+                           records_interval=args.records_interval, records_lookback=args.records_lookback))
     if args.check:
         if not args.out.exists() or args.out.read_text(encoding="utf-8") != text:
             print(f"stale (run python alerts/build.py): {args.out}", file=sys.stderr)

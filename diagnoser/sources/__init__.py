@@ -47,6 +47,9 @@ class Source:
     end: str | None = None
     connection: Connection = field(default_factory=Connection)
     nccl: tuple[str, ...] = ()  # NCCL inspector dump files or folders
+    # A server's per-node records (alerts/gpunet.rules.yml, group gpunet.diagnoser.records):
+    # auto reads them where they exist over the window, on insists, off reads raw series.
+    recording_rules: str = "auto"
 
     @property
     def name(self) -> str:
@@ -82,7 +85,7 @@ def read_frame(source: Source, progress: Progress = quiet) -> Frame:
 async def _from_server(source: Source, start: float, end: float, progress: Progress) -> Frame:
     async with client_from_arguments(str(source.prometheus), source.connection) as client:
         try:
-            return await frame_from_prometheus(client, start, end, progress)
+            return await frame_from_prometheus(client, start, end, progress, source.recording_rules)
         except (KeyError, TypeError, AttributeError, IndexError) as e:
             # An engine that answers with another shape than the HTTP API's: say so, in one line.
             raise PromError(f"{client.url}: an answer of an unexpected shape ({type(e).__name__}: "

@@ -32,6 +32,7 @@ from diagnoser.model.columns import (
     nccl_key,
 )
 from diagnoser.model.frame import FINE, Frame, assemble, choose_step, data_window, fine_table, window_edges
+from diagnoser.sources import recorded as rec
 from diagnoser.sources.promconfig import config_from_prometheus
 from gpunet import contract as c
 from gpunet.promapi import PRESENCE_METRIC, PromError, PrometheusClient, PromLimitError, where_data_is
@@ -103,11 +104,13 @@ def _nic_expr(col: Column, labels: tuple[str, ...]) -> str:
 def _expression(template: str, matcher: str, window: float, scrape: float) -> str:
     """`template` for one query: $M the instance matcher, $S the window, $O and $B the offsets
     of the window's end and start (BEFORE_EDGE), $L how far back a last sample is looked for;
-    a range selector ends where the window does."""
+    a range selector ends where the window does. $W: the window less 1 ms, without the offset
+    (recorded series, whose windows start and end on a record: recorded.py)."""
     ms = int(round(window * 1000))
     lookback = max(ms, int(round(2 * scrape * 1000)))
     return (template.replace("[$S])", "[$S]$O)").replace("$M", matcher).replace("$S", f"{ms}ms")
-            .replace("$O", BEFORE_EDGE).replace("$B", f"{ms + 1}ms").replace("$L", f"{lookback}ms"))
+            .replace("$O", BEFORE_EDGE).replace("$B", f"{ms + 1}ms").replace("$L", f"{lookback}ms")
+            .replace("$W", f"{ms - 1}ms"))
 
 
 class _Queries:
@@ -299,8 +302,71 @@ async def _data_span(q: _Queries) -> _Span | None:
     return None
 
 
+def _whole(x: float) -> bool:
+    return x > 1 - 1e-6 and abs(x - round(x)) < 1e-3
+
+
+def _records_step(start: float, end: float, scrape: float, interval: float) -> float:
+    """The windows of a diagnosis from the records: the raw series' where they hold whole
+    intervals of the records (the same windows either way: the rules judge windows of a
+    given length, and a longer one can hide or make a finding), else longer ones."""
+    step = choose_step(start, end, scrape)
+    return step if _whole(step / interval) else choose_step(start, end, max(scrape, interval))
+
+
+async def _fine_by(q: _Queries, template: str, labels: tuple[str, ...], fine_step: float, fine_windows: np.ndarray,
+                   every: float | None, add: bool = False) -> dict[tuple, np.ndarray]:
+    """`template` over the fine windows. Records of an interval longer than a fine window
+    (1 minute, against 15 s windows for windows of a minute) are read per interval and
+    spread evenly over the fine windows they hold: the fine grain is then the interval's."""
+    k = int(round(every / fine_step)) if every and every > fine_step * (1 + 1e-6) else 1
+    if k == 1:
+        return await q.by(template, labels, step=fine_step, windows=fine_windows, add=add)
+    answer = await q.by(template, labels, step=every, windows=fine_windows[::k], add=add)
+    return {key: np.repeat(values / k, k)[:len(fine_windows)] for key, values in answer.items()}
+
+
+async def _records_interval(q: _Queries, mode: str, scrape: float) -> tuple[float, float] | None:
+    """(interval, phase) of the per-node records (recorded.py) where the node frame is read
+    from them: they exist over the window, and its windows (and their quarters, the fine
+    grain) are whole multiples of their interval. The phase is where their evaluations fall
+    within the interval (a rule engine's own offset): the windows are moved by it, so that
+    each record lands in the window whose growth it holds. None: the raw series are read
+    (`mode` auto, with a line saying why; `on` is an error instead)."""
+    if mode == "off":
+        return None
+    found = await rec.recorded_span(q.client, q.start, q.end)
+    if isinstance(found, str):
+        why = found
+    else:
+        interval, first, last = found
+        end = min(q.end, last)  # a rule engine evaluates after the scrapes: judged up to its last record
+        step = _records_step(q.start, end, scrape, interval)
+        phase = round(first % interval, 3)
+        edges, partial = window_edges(q.start - phase, end - phase, step)
+        edges = edges + phase
+        if partial:
+            why = f"the recorded series ({rfc3339(first)} .. {rfc3339(last)}) hold no whole window of {step:.0f}s"
+        elif not _whole(step / interval) or not (_whole(step / FINE / interval) or _whole(interval * FINE / step)):
+            why = f"windows of {step:.0f}s and their quarters do not hold whole intervals of the records ({interval:g}s)"
+        elif first > edges[0] + 1.5 * interval:
+            why = f"the recorded series begin at {rfc3339(first)}, after the first window ({rfc3339(edges[0])})"
+        else:
+            q.end = end
+            q.progress(f"reading the recorded per-node series ({rec.GROUP}, every {interval:g}s)")
+            return interval, phase
+    if mode == "on":
+        raise PromError(f"{q.client.url}: --recording-rules on: {why}")
+    q.progress(f"reading the raw series: {why}")
+    return None
+
+
 async def frame_from_prometheus(client: PrometheusClient, start: float, end: float,
-                                progress: Callable[[str], None] = lambda m: None) -> Frame:
+                                progress: Callable[[str], None] = lambda m: None,
+                                recording_rules: str = "auto") -> Frame:
+    """The tidy frame of [start, end]. `recording_rules`: auto reads the node columns from
+    the per-node records where they exist over the window (recorded.py), on insists on
+    them, off reads the raw series."""
     instances = await _instances(client, start, end, progress)
     if not instances:
         raise PromError(f"{client.url}: no gpunet series between {rfc3339(start)} and {rfc3339(end)}; "
@@ -324,13 +390,18 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         if (start, end) != (q.start, q.end):
             asked = (q.start, q.end)
         q.start, q.end = start, end
-    step = choose_step(start, end, scrape)
-    edges, partial = window_edges(start, end, step)
+    every, phase = await _records_interval(q, recording_rules, scrape) or (None, 0.0)
+    end = q.end
+    step = _records_step(start, end, scrape, every) if every else choose_step(start, end, scrape)
+    edges, partial = window_edges(start - phase, end - phase, step)
+    edges = edges + phase
     windows = edges[:-1]
     q.step, q.windows = float(edges[1] - edges[0]) if partial else step, windows
     step = q.step
     fabric, fabric_how = await _fabric_selector(q)
-    devices = await _fabric_devices(q, fabric) if fabric else None
+    # Recorded: only the suspects' NICs are read per device, joined on the fabric (listing the
+    # fabric's device names would read every NIC's series).
+    devices = await _fabric_devices(q, fabric) if fabric and not every else None
     progress(f"{len(instances)} nodes, {len(windows)} windows of {step:.0f}s, fabric: {fabric_how}"
              + (f" (the same {len(devices)} device names on every node)" if devices else ""))
 
@@ -354,6 +425,8 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         expr = _increase(col.metric)
         queries[col.metric] = (f"sum by ({', '.join(labels)}) ({on_fabric(expr) if col.table == 'nic' else expr})",
                                labels)
+        if every and col.metric in rec.SUMMED:
+            queries[col.metric] = (rec.summed(rec.increase_name(col.metric), labels, step, every), labels)
         counters[col.metric] = (col, labels)
     transmitted, received = _increase(c.NIC_TRANSMIT_BYTES.name), _increase(c.NIC_RECEIVE_BYTES.name)
     queries |= {
@@ -374,6 +447,8 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         "other_capacity": ("sum by (instance) (" + on_fabric(
             f"avg_over_time({c.NIC_LINK_SPEED.name}{{$M}}[$S])", keep=False) + ")", ("instance",)),
     }
+    if every:
+        queries |= rec.node_queries(step, every)
     names = list(queries)
     results = await asyncio.gather(*(q.by(*queries[n]) for n in names))
     progress(f"{client.requests} queries for the node frame")
@@ -401,17 +476,18 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
     # Peers' link speed, per window, over every fabric NIC of the cluster: how many NICs
     # have each speed (a count adds up over node groups; a quantile would not), then the
     # median of those here.
-    speeds = await q.by('count_values("speed", ' + on_fabric(f"avg_over_time({c.NIC_LINK_SPEED.name}{{$M}}[$S])") +
-                        ")", ("speed",), add=True)
+    speeds = await q.by(rec.SPEED_COUNTS if every else 'count_values("speed", ' +
+                        on_fabric(f"avg_over_time({c.NIC_LINK_SPEED.name}{{$M}}[$S])") + ")", ("speed",), add=True)
     speed_median = _median(speeds, len(windows))
 
     # Finer grain for the cluster's GPU time (sustained vs brief stalls).
     fine_step = step / FINE
     fine_windows = windows[0] + fine_step * np.arange(len(windows) * FINE)  # as a trace's: model/frame.py
+    fine_read = max(fine_step, every or 0.0)  # records are read per interval at the finest
+    busy_by, idle_by = _gpu_time(every, fine_read)
     fine_busy, fine_idle = await asyncio.gather(
-        q.by(f"sum({_increase(c.GPU_BUSY_SECONDS.name)})", (), step=fine_step, windows=fine_windows, add=True),
-        q.by(f"sum by (network_state) ({_increase(c.GPU_IDLE_SECONDS.name)})", ("network_state",),
-             step=fine_step, windows=fine_windows, add=True))
+        _fine_by(q, busy_by(()), (), fine_step, fine_windows, every, add=True),
+        _fine_by(q, idle_by(("network_state",)), ("network_state",), fine_step, fine_windows, every, add=True))
     fine_cols = {"busy": next(iter(fine_busy.values()), np.full(len(fine_windows), np.nan))}
     for (state,), values in fine_idle.items():
         fine_cols[f"idle_{state}"] = values
@@ -442,7 +518,7 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         for column, series in zip(("throttled", "sm_clock"), per_gpu):
             for key, values in series.items():
                 gpu_rows.setdefault(key, {})[column] = values
-    workloads, node_fine = await _jobs_inputs(q, has_gpus, fine_step, fine_windows)
+    workloads, node_fine = await _jobs_inputs(q, has_gpus, fine_step, fine_windows, every)
     nccl = await _nccl(q)
     config = await config_from_prometheus(client, start, end, q.instant)
     frame = assemble(f"prometheus:{client.url}", start, end, step, scrape, windows, node_cols, nic_rows, has_gpus,
@@ -456,7 +532,8 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         progress(f"warning: the server refused to count the series without an instance over its limit "
                  f"({refused.limit}): not counted")
     if has_gpus:
-        frame.gpu_seconds = await _gpu_seconds(q, frame.node, partial)
+        frame.gpu_seconds = await (_recorded_gpu_seconds(q, frame.node, every) if every else
+                                   _gpu_seconds(q, frame.node, partial))
     split = f", {q.splits} split to fit the server's limits" if q.splits else ""
     progress(f"{client.requests} queries in all{split}, {client.bytes_received / 1e6:.1f} MB received "
              f"({client.bytes_decoded / 1e6:.1f} MB of JSON)")
@@ -508,7 +585,43 @@ async def _nccl(q: _Queries) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=NCCL_COLUMNS)
 
 
-async def _jobs_inputs(q: _Queries, has_gpus: bool, fine_step: float, fine_windows: np.ndarray):
+def _gpu_time(every: float | None, window: float
+              ) -> tuple[Callable[[tuple[str, ...]], str], Callable[[tuple[str, ...]], str]]:
+    """Templates of GPU busy and idle time within windows of `window` seconds, by the labels
+    given: from the raw series, or from the per-node records of interval `every`."""
+    def by(metric: str) -> Callable[[tuple[str, ...]], str]:
+        def template(labels: tuple[str, ...]) -> str:
+            if every:
+                return rec.summed(rec.increase_name(metric), labels, window, every)
+            return f"sum{' by (' + ', '.join(labels) + ')' if labels else ''} ({_increase(metric)})"
+        return template
+    return by(c.GPU_BUSY_SECONDS.name), by(c.GPU_IDLE_SECONDS.name)
+
+
+async def _recorded_gpu_seconds(q: _Queries, node: pd.DataFrame, every: float) -> tuple[float, float]:
+    """GPU busy and idle seconds over the whole range from the records: the whole windows'
+    (already read), and the parts of the range before and after them, read per record
+    interval; an interval the range holds only part of counts for that part."""
+    idle_columns = [f"idle_{state}" for state in c.NETWORK_STATES if f"idle_{state}" in node]
+    totals = [float(np.nansum(node["busy"])) if "busy" in node else 0.0,
+              float(np.nansum(node[idle_columns].to_numpy())) if idle_columns else 0.0]
+    first, last = float(q.windows[0]), float(q.windows[-1]) + q.step
+    lead = np.arange(first - every, q.start - every + 1e-6, -every)[::-1]  # intervals [t, t + every) before
+    trail = np.arange(last, q.end - 1e-6, every)  # and after, the last one maybe cut by the range's end
+    busy_by, idle_by = _gpu_time(every, every)
+    for windows in (lead, trail):
+        if not len(windows):
+            continue
+        share = np.clip((np.minimum(windows + every, q.end) - np.maximum(windows, q.start)) / every, 0.0, 1.0)
+        answers = await asyncio.gather(*(q.by(template(()), (), step=every, windows=windows, add=True)
+                                         for template in (busy_by, idle_by)))
+        for k, answer in enumerate(answers):
+            totals[k] += float(sum(np.nansum(values * share) for values in answer.values()))
+    return totals[0], totals[1]
+
+
+async def _jobs_inputs(q: _Queries, has_gpus: bool, fine_step: float, fine_windows: np.ndarray,
+                       every: float | None = None):
     """What splits the cluster into jobs (diagnoser/jobs.py): which workload held which GPU
     in which window (aggregated on the server), and each node's GPU time at the fine grain."""
     info = await q.by(f"max by (instance, gpu, workload, source, namespace) "
@@ -518,11 +631,11 @@ async def _jobs_inputs(q: _Queries, has_gpus: bool, fine_step: float, fine_windo
     workloads = pd.DataFrame(rows, columns=WORKLOAD_COLUMNS)
     node_fine = pd.DataFrame()
     if has_gpus and len(q.instances) > 1:
+        busy_by, idle_by = _gpu_time(every, max(fine_step, every or 0.0))
         busy, idle = await asyncio.gather(
-            q.by(f"sum by (instance) ({_increase(c.GPU_BUSY_SECONDS.name)})", ("instance",), step=fine_step,
-                 windows=fine_windows),
-            q.by(f"sum by (instance, network_state) ({_increase(c.GPU_IDLE_SECONDS.name)})",
-                 ("instance", "network_state"), step=fine_step, windows=fine_windows))
+            _fine_by(q, busy_by(("instance",)), ("instance",), fine_step, fine_windows, every),
+            _fine_by(q, idle_by(("instance", "network_state")), ("instance", "network_state"), fine_step,
+                     fine_windows, every))
         cols: dict[str, dict[str, np.ndarray]] = {}
         for (instance,), values in busy.items():
             cols.setdefault(instance, {})["busy"] = values
