@@ -469,8 +469,9 @@ def test_a_fresh_login_is_not_refused_while_guessers_hammer(tmp_path, pki, expor
     finally:
         guessers.stop()
     assert [status for status, _ in logins] == [200] * len(passwords), logins
-    # A check (~70 ms), not a place in the guessers' queue (100 checks: 7 s).
-    assert max(took for _, took in logins) < 1.0, logins
+    # A check (~70 ms, a TLS handshake, a second or so on a loaded test machine), not a place
+    # in the guessers' queue: 100 checks on the two bcrypt threads, 3.5 s at the least.
+    assert max(took for _, took in logins) < 2.5, logins
     assert set(guessers.answers) <= {401} and guessers.answers, set(guessers.answers)  # checked in turn, none refused
 
 
