@@ -93,6 +93,49 @@ def test_simulate_refuses_a_negative_seed(tmp_path):
     refused(result, "gpunet-simulate", "--seed")
 
 
+@pytest.mark.parametrize("flag,spec,named", [
+    ("--confounder", "checkpoint:every=0s", "every=0s"),  # a checkpoint every 0 s: a loop without end
+    ("--confounder", "checkpoint:every=nan", "every=nan"),
+    ("--confounder", "checkpoint:every=20m,dur=inf", "dur=inf"),
+    ("--confounder", "checkpoint:every=20m,first=2h", "first=2h"),
+    ("--confounder", "dcqcn_background:level=nan", "level=nan"),
+    ("--confounder", "dcqcn_background:level=-3", "level=-3"),
+    ("--confounder", "unused_gpus:nodes=2,gpus=1e9", "gpus=1e9"),
+    ("--confounder", "exporter_restart:nodes=1,at=1e400", "at=1e400"),
+    ("--confounder", "exporter_restart:nodes=1,down=0s", "down=0s"),
+    ("--confounder", "node_join:nodes=-1", "nodes=-1"),
+    ("--confounder", "backup:nodes=nan", "nodes=nan"),
+    ("--confounder", "checkpoint:evrey=20m", "evrey"),
+    ("--fault", "pfc_storm:start=nan,dur=10m", "start=nan"),
+    ("--fault", "pfc_storm:start=10m,dur=-5m", "dur=-5m"),
+    ("--fault", "pfc_storm:start=10m,dur=10m,strength=nan", "strength=nan"),
+    ("--fault", "straggler:start=10m,dur=10m,strength=inf", "strength=inf"),
+    ("--fault", "pfc_storm:start=10m,dur=10m,nodes=0", "nodes=0"),
+    ("--fault", "link_degraded:start=10m,dur=10m,speed=0G", "speed=0G"),
+    ("--fault", "gpu_throttle:start=10m,dur=10m,gpus=nan", "gpus=nan"),
+    ("--config-fault", "mtu:culprits=0,mtu=nan", "mtu=nan"),
+    ("--config-fault", "pcie_speed:culprits=0,speed=inf", "speed=inf"),
+    ("--config-fault", "bond:culprits=0,down=-1", "down=-1"),
+])
+def test_simulate_refuses_a_fault_or_confounder_option_that_cannot_work(tmp_path, flag, spec, named):
+    """Checked before any work, named with its value: never a hang (the command runs under a
+    timeout), never a trace of nonsense."""
+    out = tmp_path / "s.om.gz"
+    result, took = run("gpunet.simulate.cli", "--nodes", "64", "--duration", "1h", f"{flag}={spec}", str(out))
+    refused(result, "gpunet-simulate", f"{flag} {spec}", named)
+    assert took < 20 and not out.exists()
+
+
+def test_simulate_fault_and_confounder_options_in_range_still_work(tmp_path):
+    out = tmp_path / "s.om.gz"
+    result, _ = run("gpunet.simulate.cli", "--nodes", "2", "--gpus", "2", "--nics", "1", "--duration", "3m",
+                    "--confounder", "checkpoint:every=1m,dur=10s,first=30s", "--confounder", "dcqcn_background:level=2",
+                    "--confounder", "exporter_restart:nodes=#1,at=90s,down=20s",
+                    "--fault", "pfc_storm:start=1m,dur=1m,strength=0.5", "--config-fault", "nic_numa:culprits=0,numa=-1",
+                    str(out))
+    assert result.returncode == 0 and out.stat().st_size > 0, result.stderr
+
+
 @pytest.mark.parametrize("args,named", [
     (["--since", "1h", "--timeout", "nan"], ["--timeout"]),
     (["--since", "1h", "--timeout=-1"], ["--timeout"]),

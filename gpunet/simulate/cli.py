@@ -130,7 +130,7 @@ def spec_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> S
     fabric = FabricParams(ecn=not args.no_ecn, link_layer=args.link_layer)
     return SimSpec(cluster=cluster, job=job, fabric=fabric, scrape=scrape,
                    faults=[flag("fault", lambda x: parse_fault(x, duration), x) for x in args.fault],
-                   confounders=[flag("confounder", parse_confounder, x) for x in args.confounder],
+                   confounders=[flag("confounder", lambda x: parse_confounder(x, duration), x) for x in args.confounder],
                    config_faults=[flag("config-fault", parse_config_fault, x) for x in args.config_fault],
                    duration=duration, start_time=args.start, seed=args.seed, command=command)
 

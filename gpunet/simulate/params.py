@@ -11,7 +11,9 @@ the human forms (``20m``, ``200G``).
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 from gpunet.contract import BOTTLENECK_CLASSES, DEFAULT_PORT
@@ -252,9 +254,13 @@ def parse_duration(text: str | float) -> float:
         return float(text)
     text = text.strip()
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not 0 <= seconds < math.inf:  # also false for NaN
+            raise ValueError(f"bad duration {text!r} (a finite number of seconds, 0 or more)")
+        return seconds
     parts = _DURATION.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
         raise ValueError(f"bad duration {text!r} (e.g. 90s, 20m, 1h30m)")
@@ -270,6 +276,8 @@ def parse_speed(text: str | float) -> float:
     if not m:
         raise ValueError(f"bad link speed {text!r} (e.g. 200G)")
     bits = float(m.group(1)) * {"m": 1e6, "g": 1e9, "t": 1e12}[m.group(2).lower()]
+    if not 0 < bits < math.inf:
+        raise ValueError(f"bad link speed {text!r} (above 0, e.g. 200G)")
     return bits / 8
 
 
@@ -293,6 +301,66 @@ def _bool(v: str) -> bool:
     return v.lower() in ("1", "true", "yes", "on")
 
 
+# --- numeric options of faults, confounders and config faults -------------------------------------
+# Each is checked where it is parsed, before any work: a value out of its range would hang the
+# simulator (checkpoint:every=0s) or make a trace of nonsense, found only hours later.
+MAX_NODES = 4096  # ClusterParams' bound
+MAX_MULTIPLIER = 100.0  # a strength that multiplies (gradient volume, compute time, input gap)
+# Fault classes whose strength is a fraction of something left (see faults.py STRENGTH).
+FRACTION_STRENGTH = ("network_congestion", "pfc_storm", "packet_loss", "link_degraded", "gpu_throttle")
+
+
+def _within(option: str, text: str, value: float, low: float, high: float, shown: str) -> float:
+    """`value` where low <= value <= high; else a ValueError naming option=text."""
+    if not low <= value <= high:  # also true for NaN
+        raise ValueError(f"{option}={text}: must be {shown}")
+    return value
+
+
+def _whole(option: str, text: str, low: int, high: int) -> int:
+    """A whole number from low to high."""
+    if not re.fullmatch(r"-?\d{1,9}", text):
+        raise ValueError(f"{option}={text}: must be a whole number from {low} to {high}")
+    return int(_within(option, text, int(text), low, high, f"{low} to {high}"))
+
+
+def _real(option: str, text: str, low: float, high: float, shown: str, above: bool = False) -> float:
+    """A finite number from low (excluded where `above`) to high."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{option}={text}: not a number") from None
+    if above and value == low:
+        raise ValueError(f"{option}={text}: must be {shown}")
+    return _within(option, text, value, low, high, shown)
+
+
+def _seconds(option: str, text: str, low: float, high: float, shown: str, above: bool = False) -> float:
+    """A duration (90s, 20m, 1h) from low (excluded where `above`) to high seconds."""
+    try:
+        value = parse_duration(text)
+    except ValueError as e:
+        raise ValueError(f"{option}={text}: {e}") from None
+    if above and value == low:
+        raise ValueError(f"{option}={text}: must be {shown}")
+    return _within(option, text, value, low, high, shown)
+
+
+def _indices(option: str, text: str) -> tuple[int, ...]:
+    """Node indices joined by + (3+17), each 0 to MAX_NODES - 1."""
+    return tuple(_whole(option, part, 0, MAX_NODES - 1) for part in text.split("+"))
+
+
+def _nodes(option: str, text: str) -> None:
+    """A confounder's nodes: all, a count, or #I+J (indices)."""
+    if text == "all":
+        return
+    if text.startswith("#"):
+        _indices(option, text[1:])
+        return
+    _whole(option, text, 1, MAX_NODES)
+
+
 def parse_fault(text: str, duration: float | None = None) -> FaultSpec:
     """``CLASS:start=20m,dur=10m,nodes=1[,culprits=3+17][,variant=V][,strength=X][,subtle=1]
     [,nics=N][,gpus=N][,speed=100G]``; dur=all (or omitted start/dur) covers the whole trace."""
@@ -301,46 +369,107 @@ def parse_fault(text: str, duration: float | None = None) -> FaultSpec:
     unknown = set(kv) - known
     if unknown:
         raise ValueError(f"{text!r}: unknown fault option(s) {sorted(unknown)}; known: {sorted(known)}")
-    start = parse_duration(kv.get("start", "0"))
+    longest = duration if duration is not None else 30 * 86400.0  # the CLI's longest trace
+    span = f"0 to {longest:g}s (the trace)"
+    start = _seconds("start", kv.get("start", "0"), 0, longest, span)
     if kv.get("dur", "") == "all" or ("dur" not in kv and "end" not in kv):
         if duration is None:
             raise ValueError(f"{text!r}: dur=all needs the trace duration")
         dur = duration - start
     elif "end" in kv:
-        dur = parse_duration(kv["end"]) - start
+        dur = _seconds("end", kv["end"], start, longest, f"after start, up to {longest:g}s (the trace)") - start
     else:
-        dur = parse_duration(kv["dur"])
+        dur = _seconds("dur", kv["dur"], 0, 30 * 86400.0, "above 0, at most 30d", above=True)
     if duration is not None:
         dur = min(dur, duration - start)
+    strength = None
+    if "strength" in kv:
+        fraction = cls in FRACTION_STRENGTH
+        strength = _real("strength", kv["strength"], 0, 1 if fraction else MAX_MULTIPLIER,
+                         "above 0, at most 1 (a fraction left)" if fraction else f"above 0, at most {MAX_MULTIPLIER:g}",
+                         above=True)
+    speed = None
+    if "speed" in kv:
+        try:
+            speed = parse_speed(kv["speed"])
+        except ValueError as e:
+            raise ValueError(f"speed={kv['speed']}: {e}") from None
     return FaultSpec(
         cls=cls, start=start, duration=dur,
-        nodes=int(kv["nodes"]) if kv.get("nodes", "").isdigit() else 1,
-        culprits=tuple(int(x) for x in kv["culprits"].split("+")) if "culprits" in kv else None,
+        nodes=_whole("nodes", kv["nodes"], 1, MAX_NODES) if "nodes" in kv else 1,
+        culprits=_indices("culprits", kv["culprits"]) if "culprits" in kv else None,
         variant=kv.get("variant"),
-        strength=float(kv["strength"]) if "strength" in kv else None,
+        strength=strength,
         subtle=_bool(kv.get("subtle", "0")),
-        nics=int(kv["nics"]) if "nics" in kv else None,
-        gpus=int(kv["gpus"]) if "gpus" in kv else None,
-        speed=parse_speed(kv["speed"]) if "speed" in kv else None)
+        nics=_whole("nics", kv["nics"], 1, 8) if "nics" in kv else None,
+        gpus=_whole("gpus", kv["gpus"], 1, 16) if "gpus" in kv else None,
+        speed=speed)
 
 
-def parse_confounder(text: str) -> ConfounderSpec:
+# Each confounder's options, with the check of its value (duration: the trace's length).
+_CONFOUNDER_OPTIONS: dict[str, dict[str, Callable[[str, str, float], object]]] = {
+    "checkpoint": {
+        # A checkpoint every minute at most often: every=0s would loop for ever.
+        "every": lambda o, v, d: _seconds(o, v, 60, 30 * 86400.0, "1m to 30d"),
+        "dur": lambda o, v, d: _seconds(o, v, 0, 86400.0, "above 0, at most 1d", above=True),
+        "first": lambda o, v, d: _seconds(o, v, 0, d, f"0 to {d:g}s (the trace)"),
+        "variant": lambda o, v, d: _one_of(o, v, ("sync", "async")),
+    },
+    "dcqcn_background": {"level": lambda o, v, d: _real(o, v, 0, 1000, "above 0, at most 1000", above=True)},
+    "unused_gpus": {"gpus": lambda o, v, d: _whole(o, v, 1, 16)},
+    "exporter_restart": {
+        "at": lambda o, v, d: _seconds(o, v, 0, d, f"0 to {d:g}s (the trace)"),
+        "down": lambda o, v, d: _seconds(o, v, 0, d, f"above 0, at most {d:g}s (the trace)", above=True),
+    },
+    "node_join": {"at": lambda o, v, d: _seconds(o, v, 0, d, f"0 to {d:g}s (the trace)")},
+    "node_leave": {"at": lambda o, v, d: _seconds(o, v, 0, d, f"0 to {d:g}s (the trace)")},
+}
+# Every confounder but these two falls on some nodes (nodes=N, all or #I+J).
+_WHOLE_CLUSTER = ("checkpoint", "dcqcn_background")
+
+
+def _one_of(option: str, text: str, allowed: tuple[str, ...]) -> str:
+    if text not in allowed:
+        raise ValueError(f"{option}={text}: one of {', '.join(allowed)}")
+    return text
+
+
+def parse_confounder(text: str, duration: float | None = None) -> ConfounderSpec:
     """``KIND:key=value,...``, e.g. ``checkpoint:every=20m,dur=2m``, ``spare_port:nodes=all``,
     ``unused_gpus:nodes=2,gpus=2``, ``missing_gpu_series:nodes=1``,
     ``exporter_restart:nodes=1,at=30m``, ``node_join:nodes=1,at=10m``,
-    ``dcqcn_background:level=8``, ``backup:nodes=4``."""
+    ``dcqcn_background:level=8``, ``backup:nodes=4``. Every option is checked here
+    (`duration`: the trace's, the bound of a time in it)."""
     kind, kv = _kv(text)
-    return ConfounderSpec(kind, kv)
+    spec = ConfounderSpec(kind, kv)  # the kind checked first
+    options = dict(_CONFOUNDER_OPTIONS.get(kind, {}))
+    if kind not in _WHOLE_CLUSTER:
+        options["nodes"] = lambda o, v, d: _nodes(o, v)
+    unknown = set(kv) - set(options)
+    if unknown:
+        raise ValueError(f"{text!r}: unknown {kind} option(s) {sorted(unknown)}; known: {sorted(options) or 'none'}")
+    for option, value in kv.items():
+        options[option](option, value, 30 * 86400.0 if duration is None else duration)
+    return spec
+
+
+# Config faults' numeric options: (low, high, whole number).
+_CONFIG_NUMBERS = {"nics": (1, 8, True), "gpus": (1, 16, True), "priority": (0, 7, True), "down": (0, 2, True),
+                   "mtu": (68, 65535, True), "numa": (-1, 1023, True), "width": (1, 32, True),
+                   "speed": (2.5, 128.0, False)}  # PCIe GT/s
 
 
 def parse_config_fault(text: str) -> ConfigFaultSpec:
     """``KIND[:culprits=I+J,key=value,...]``, e.g. ``pcie_width:culprits=3,width=8,nics=1``,
     ``ecn_off:culprits=0+5,point=reaction``, ``bond:culprits=2,mode=active-backup``."""
     kind, kv = _kv(text)
-    try:
-        culprits = tuple(int(x) for x in kv.pop("culprits", "0").split("+"))
-    except ValueError:
-        raise ValueError(f"{text!r}: culprits must be node indices joined by + (e.g. culprits=3+17)") from None
+    culprits = _indices("culprits", kv.pop("culprits", "0"))
+    for option, (low, high, whole) in _CONFIG_NUMBERS.items():
+        if option in kv:
+            if whole:
+                _whole(option, kv[option], low, high)  # type: ignore[arg-type]
+            else:
+                _real(option, kv[option], low, high, f"{low:g} to {high:g}")
     return ConfigFaultSpec(kind, culprits, kv)
 
 
