@@ -37,6 +37,7 @@ from gpunet.promapi import (
 )
 from gpunet.trace import TraceWriter, open_trace, unwritable
 from gpunet.window import ArgumentParser, resolve, rfc3339, window_problem
+from gpunet.words import printable
 
 CHUNK_SECONDS = 3600.0  # one range query covers at most this much time
 MIN_CHUNK_SECONDS = 60.0  # ... and a query refused over a limit is halved down to this
@@ -57,7 +58,8 @@ class Progress:
         self.shown = False
 
     def __call__(self, done: int, total: int, name: str, series: int) -> None:
-        line = f"exported {done}/{total} families ({100 * done / max(total, 1):.0f}%), last {name}: {series} series"
+        share = f"{100 * done / max(total, 1):.0f}%"
+        line = f"exported {done}/{total} families ({share}), last {printable(name)}: {series} series"
         if self.tty:
             self.stream.write("\r\x1b[K" + line)
             self.stream.flush()
@@ -238,7 +240,7 @@ def usage_problem(args: argparse.Namespace) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if problem := usage_problem(args):
-        print(f"gpunet-trace: {problem}", file=sys.stderr)
+        print(f"gpunet-trace: {printable(problem)}", file=sys.stderr)
         return 2
     try:
         if args.command == "export":
@@ -267,10 +269,11 @@ def main(argv: list[str] | None = None) -> int:
             os.execvp("prometheus", prometheus_command(data, args.listen))
         return 0
     except (EOFError, zlib.error) as e:  # a gzip cut short, or corrupt
-        print(f"gpunet-trace: {getattr(args, 'trace', '')}: {e}", file=sys.stderr)
+        print(f"gpunet-trace: {printable(getattr(args, 'trace', ''))}: {printable(str(e))}", file=sys.stderr)
         return 1
     except (PromError, ValueError, RuntimeError, OSError) as e:
-        print(f"gpunet-trace: {e}", file=sys.stderr)
+        # A server's error text (or promtool's) is printed escaped: its ESC must not drive the terminal.
+        print(f"gpunet-trace: {printable(str(e))}", file=sys.stderr)
         return 1
 
 

@@ -191,3 +191,41 @@ def test_export_progress_on_a_terminal_is_one_line_rewritten():
     assert written.rsplit("\r", 1)[1].endswith("exported 83/83 families (100%), last gpunet_family_82: 12 series")
     progress.done()
     assert tty.getvalue().endswith("\r\x1b[K")  # cleared for the summary line
+
+
+def test_a_servers_error_with_control_characters_is_printed_escaped(tmp_path):
+    """A server (or a proxy before it) whose error text holds ESC and BEL: the one line says
+    it, escaped, and nothing in it reaches the terminal to recolour, retitle or ring it."""
+    import http.server
+    import threading
+
+    said = "no \x1b[31mentry\x1b[0m\x07 here\x1b]0;owned\x07"
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            body = json.dumps({"status": "error", "errorType": "bad_data", "error": said}).encode()
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = answer
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        result = gpunet_trace("export", "--prometheus", f"http://127.0.0.1:{server.server_port}", "--since", "1h",
+                              str(tmp_path / "x.om.gz"))
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("gpunet-trace: ") and not re.search(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]", line), repr(line)
+    assert "no \\x1b[31mentry\\x1b[0m\\x07 here\\x1b]0;owned\\x07" in line, repr(line)

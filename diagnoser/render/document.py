@@ -11,20 +11,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpunet.words import plural  # noqa: F401  (the renderers' one plural, shared with the analysis' notes)
+from gpunet.words import (
+    plural,  # noqa: F401  (the renderers' one plural, shared with the analysis' notes)
+    printable,
+)
 
 INDENT = "   "
 
 
-# Control characters (C0 but tab, DEL, C1: ANSI escapes among them) in what the data names
-# (instances, devices, notes) would drive the reader's terminal: shown escaped instead.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-
-
 def safe(text: str, markdown: bool = False) -> str:
-    """A line of the report as it may be printed: control characters escaped; in markdown,
+    """A line of the report as it may be printed: control characters escaped (printable, the
+    one escape the diagnoser and gpunet's commands share); in markdown,
     HTML tags neutralised (a label value `<script>` stays text in a rendered ticket)."""
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    text = printable(text)
     return text.replace("&", "&amp;").replace("<", "&lt;") if markdown else text
 
 
