@@ -390,6 +390,7 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         if (start, end) != (q.start, q.end):
             asked = (q.start, q.end)
         q.start, q.end = start, end
+    data_end = q.end
     every, phase = await _records_interval(q, recording_rules, scrape) or (None, 0.0)
     end = q.end
     step = _records_step(start, end, scrape, every) if every else choose_step(start, end, scrape)
@@ -520,7 +521,7 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
                 gpu_rows.setdefault(key, {})[column] = values
     workloads, node_fine = await _jobs_inputs(q, has_gpus, fine_step, fine_windows, every)
     nccl = await _nccl(q)
-    config = await config_from_prometheus(client, start, end, q.instant)
+    config = await config_from_prometheus(client, start, end, lambda template: _instant_by_groups(q, template))
     frame = assemble(f"prometheus:{client.url}", start, end, step, scrape, windows, node_cols, nic_rows, has_gpus,
                      fine, speed_median, warnings, gpu_rows)
     frame.workloads, frame.node_fine, frame.nccl = workloads, node_fine, nccl
@@ -532,7 +533,7 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
         progress(f"warning: the server refused to count the series without an instance over its limit "
                  f"({refused.limit}): not counted")
     if has_gpus:
-        frame.gpu_seconds = await (_recorded_gpu_seconds(q, frame.node, every) if every else
+        frame.gpu_seconds = await (_recorded_gpu_seconds(q, frame.node, every, data_end) if every else
                                    _gpu_seconds(q, frame.node, partial))
     split = f", {q.splits} split to fit the server's limits" if q.splits else ""
     progress(f"{client.requests} queries in all{split}, {client.bytes_received / 1e6:.1f} MB received "
@@ -598,10 +599,26 @@ def _gpu_time(every: float | None, window: float
     return by(c.GPU_BUSY_SECONDS.name), by(c.GPU_IDLE_SECONDS.name)
 
 
-async def _recorded_gpu_seconds(q: _Queries, node: pd.DataFrame, every: float) -> tuple[float, float]:
+async def _instant_by_groups(q: _Queries, template: str) -> list[dict]:
+    """An instant query over every node's series (the configuration facts: some 350 series a
+    node of 8 NICs and 8 GPUs), asked per node group at once: the whole cluster's answer
+    (some 100 MB of JSON at 2,048 nodes) would pass the client's cap on one answer, and be
+    read whole, then halved and read again, before it passed."""
+    if len(q.instances) <= NODE_GROUP:
+        return await q.instant(template)
+    groups = [q.instances[i:i + NODE_GROUP] for i in range(0, len(q.instances), NODE_GROUP)]
+    parts = await asyncio.gather(*(q._run(template, group, None, 0.0) for group in groups))
+    return [series for part in parts for answer in part for series in answer.get("result", [])]
+
+
+async def _recorded_gpu_seconds(q: _Queries, node: pd.DataFrame, every: float, data_end: float
+                                ) -> tuple[float, float]:
     """GPU busy and idle seconds over the whole range from the records: the whole windows'
     (already read), and the parts of the range before and after them, read per record
-    interval; an interval the range holds only part of counts for that part."""
+    interval; an interval the range holds only part of counts for that part. The raw data
+    runs up to one interval past the last record (the rule engine evaluates behind the
+    scrapes): that end counts at the last interval's rates (busy and idle add up to the
+    GPUs' wall time, whatever their split)."""
     idle_columns = [f"idle_{state}" for state in c.NETWORK_STATES if f"idle_{state}" in node]
     totals = [float(np.nansum(node["busy"])) if "busy" in node else 0.0,
               float(np.nansum(node[idle_columns].to_numpy())) if idle_columns else 0.0]
@@ -617,6 +634,12 @@ async def _recorded_gpu_seconds(q: _Queries, node: pd.DataFrame, every: float) -
                                          for template in (busy_by, idle_by)))
         for k, answer in enumerate(answers):
             totals[k] += float(sum(np.nansum(values * share) for values in answer.values()))
+    if data_end > q.end:
+        final = np.array([q.end - every])
+        answers = await asyncio.gather(*(q.by(template(()), (), step=every, windows=final, add=True)
+                                         for template in (busy_by, idle_by)))
+        for k, answer in enumerate(answers):
+            totals[k] += float(sum(np.nansum(values) for values in answer.values())) * (data_end - q.end) / every
     return totals[0], totals[1]
 
 
