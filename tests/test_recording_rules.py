@@ -140,6 +140,33 @@ def test_the_records_give_the_raw_series_findings(recorded_server, name):
         assert culprits <= set().union(*(nodes for _, nodes in rec_reads)), culprits
 
 
+@pytest.mark.skipif(shutil.which("victoria-metrics") is None or shutil.which("vmalert") is None,
+                    reason="victoria-metrics or vmalert not installed")
+def test_vmalert_replay_gives_the_same_findings(victoria, tmp_path):
+    """The same group computed by vmalert's replay mode through VictoriaMetrics (MetricsQL,
+    remote write back into it): the records run there too, and give the raw series' findings."""
+    from datetime import UTC, datetime
+    from urllib.request import urlopen
+
+    trace = next(t for t in TRACES if t.name == "pfc_storm.om.gz")
+    url = victoria(trace)
+    rules = tmp_path / "records.yml"
+    rules.write_text(yaml.safe_dump({"groups": [records_group()]}, sort_keys=False))
+    start, end = (datetime.fromtimestamp(float(t), UTC).strftime("%Y-%m-%dT%H:%M:%SZ") for t in window(trace))
+    replay = subprocess.run(["vmalert", f"-rule={rules}", f"-datasource.url={url}", f"-remoteWrite.url={url}",
+                             f"-replay.timeFrom={start}", f"-replay.timeTo={end}", "-datasource.queryStep=0",
+                             "-replay.rulesDelay=0s", "-replay.disableProgressBar"],
+                            capture_output=True, text=True, timeout=300)
+    assert replay.returncode == 0 and "replay finished" in replay.stdout + replay.stderr, replay.stderr[-2000:]
+    urlopen(f"{url}/internal/force_flush", timeout=60).close()
+    raw, _ = run(url, trace, "off")
+    rec, said = run(url, trace, "on")
+    assert "reading the recorded per-node series" in said and "every 60s" in said, said
+    assert [(f["class"], f["nodes"], f.get("devices")) for f in rec["findings"]] == \
+        [(f["class"], f["nodes"], f.get("devices")) for f in raw["findings"]] != []
+    assert rec["cost"]["gpu_hours"] == pytest.approx(raw["cost"]["gpu_hours"], rel=0.03)
+
+
 def test_the_rule_file_records_what_the_diagnoser_reads():
     """The committed group records every name recorded.py reads (and only those), at the
     interval it says, and promtool accepts the file."""
