@@ -391,15 +391,20 @@ def diagnoser(s: Settings) -> list[Record | Alert]:
     report = ("report_url", f"{s.diagnoser_url}/reports/latest?job={{{{ $labels.workload | urlquery }}}}")
 
     def finding(classes: str) -> str:
-        return (f"gpunet_diagnosis_finding{{{d}, {classes}}}\n"
-                f"* ignoring (summary) group_left (summary)\n  gpunet_diagnosis_finding_info{{{d}}}")
+        return f"gpunet_diagnosis_finding{{{d}, {classes}}}"
 
-    description = ("{{ $labels.summary }} (job {{ $labels.workload }}; culprit {{ $labels.culprit }}"
+    # The one-line summary (its figures: the rate, the GPU-hours so far) is read into the
+    # description from gpunet_diagnosis_finding_info when the rule is evaluated, not joined in
+    # as a label: a label whose value changes with every run would end the alert and start a
+    # new one each minute (a resolved and a firing notification), where an annotation is only
+    # brought up to date.
+    info = (f"gpunet_diagnosis_finding_info{{{d}, workload=%q, class=%q, culprit=%q, device=%q}}")
+    description = ("{{ with printf `" + info + "` $labels.workload $labels.class $labels.culprit $labels.device"
+                   " | query }}{{ . | first | label \"summary\" }}{{ else }}{{ $labels.class }} from "
+                   "{{ $labels.culprit }}{{ end }} (job {{ $labels.workload }}; culprit {{ $labels.culprit }}"
                    "{{ if $labels.device }} {{ $labels.device }}{{ end }}). The report: " + report[1])
     why_no_for = ("No `for`: the service names a cause only once it has lasted a minute of whole windows,\n"
-                  "and withdraws it when its data is older than --max-data-age. The summary label (the\n"
-                  "GPU-hours so far) changes as the incident goes on: each change re-notifies the group\n"
-                  "at its group_interval with the new figures.")
+                  "and withdraws it when its data is older than --max-data-age.")
     return [
         Alert("GpunetDiagnosisFinding", finding(f'class=~"{stalling}"'), "critical",
               "The diagnoser names the cause that stalls a training job.", description, links=(report,),
