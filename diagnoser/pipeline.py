@@ -36,6 +36,7 @@ from diagnoser.analysis.verdict import (
     verdict,
 )
 from diagnoser.model.frame import Frame
+from diagnoser.model.netconfig import ConfigSnapshot
 from diagnoser.model.report import HEALTHY, AuditReport, Finding, JobSummary, Report
 from diagnoser.sources import Progress, Source, quiet, read_config, read_frame, read_nccl
 
@@ -66,9 +67,12 @@ class _Diagnosis:
     reasons: list[str] = field(default_factory=list)  # why no verdict could be given
 
 
-def diagnose(source: Source, options: Options = Options(), progress: Progress = quiet) -> Report:
-    """Read the source and diagnose its window. Raises SourceError, UnknownJob."""
-    frame = read_frame(source, progress)
+def diagnose(source: Source, options: Options = Options(), progress: Progress = quiet,
+             config: ConfigSnapshot | None = None) -> Report:
+    """Read the source and diagnose its window. Raises SourceError, UnknownJob. `config`: a
+    configuration snapshot already read (the service reads it on a slower schedule of its
+    own), audited instead of the source's configuration facts, which are then not read."""
+    frame = read_frame(source, progress, config)
     return diagnose_frame(frame, options, read_nccl(source))
 
 

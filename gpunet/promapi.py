@@ -217,8 +217,10 @@ class PrometheusClient:
             except aiohttp.ClientError as e:
                 raise PromError(f"{self.url}{path}: {type(e).__name__}: {e}") from None
 
-    async def query(self, expr: str, time: float) -> dict:
-        return await self._get("/api/v1/query", [("query", expr), ("time", f"{time:.3f}")])  # type: ignore
+    async def query(self, expr: str, time: float, decode: Callable[[bytes], object] = json.loads) -> dict:
+        """`decode`: the body's parser, as query_range's."""
+        return await self._get("/api/v1/query", [("query", expr), ("time", f"{time:.3f}")],  # type: ignore
+                               decode=decode)
 
     async def query_range(self, expr: str, start: float, end: float, step: float,
                           decode: Callable[[bytes], object] = json.loads) -> dict:

@@ -216,10 +216,23 @@ def test_pfc_storm_from_metrics_to_history_through_a_kill_and_a_dead_prometheus(
 def test_a_healthy_trace_publishes_healthy_and_no_finding(tmp_path):
     assert labels_of("healthy_basic")["incidents"] == []
     prometheus_proc, prometheus = serve_trace(tmp_path, moved(tmp_path, "healthy_basic", now_inside_incident=False))
-    proc, url = start_service(tmp_path, prometheus, "--interval", "1h")
+    proc, url = start_service(tmp_path, prometheus, "--interval", "1h", "--config-interval", "10s")
     try:
         assert named(url, "gpunet_diagnosis_verdict") == [({"workload": "unattributed", "verdict": "healthy"}, 1.0)]
         assert named(url, "gpunet_diagnosis_finding") == [] and named(url, "gpunet_diagnosis_finding_info") == []
+
+        # The configuration facts are read before the first run, which audits them and says
+        # how old they were; then again every --config-interval, between runs.
+        entry = json.loads(http_get(url + "/reports?format=json")[2])[0]
+        stored = json.loads(http_get(f"{url}/reports/{entry['id']}.json")[2])
+        assert any(re.fullmatch(r"configuration facts read \d+s before the window's end \(the service reads them "
+                                r"every 10s\)", note) for note in stored["notes"]), stored.get("notes")
+
+        def config_age() -> float:
+            return named(url, "gpunet_diagnosis_config_age_seconds")[0][1]
+        wait_for(lambda: config_age() >= 3, timeout=30, what="the configuration snapshot aging")
+        older = config_age()
+        wait_for(lambda: config_age() < older, timeout=30, what="the configuration read again")
     finally:
         proc.stop()
         prometheus_proc.stop()
@@ -302,6 +315,7 @@ def test_bad_settings_exit_2_in_one_line(tmp_path):
     cases = [(["serve"], {}, "--prometheus"),
              (["serve", "--prometheus", "http://x", "--interval", "0s"], {}, "--interval"),
              (["serve", "--prometheus", "http://x", "--history-max-bytes", "12"], {}, "--history-max-bytes"),
+             (["serve", "--prometheus", "http://x", "--config-interval", "1s"], {}, "--config-interval"),
              (["serve", "--prometheus", "http://x"], {"GPUNET_LOOKBACK": "soon"}, "GPUNET_LOOKBACK"),
              (["serve", "--prometheus", "http://x"], {"GPUNET_INTERVALL": "5s"}, "GPUNET_INTERVAL"),
              (["serve", "--prometheus", "http://x", "--config", str(config)], {}, "'interval'"),

@@ -11,7 +11,7 @@ two label sets in the window (it was reconfigured), the fact is unknown, not gue
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,67 +75,114 @@ class ConfigSnapshot:
         return self.nic.empty and self.gpu.empty and self.bond.empty
 
 
+def _index(keys: list[tuple], names: tuple[str, ...]) -> pd.MultiIndex:
+    return pd.MultiIndex.from_tuples(keys, names=names) if keys else \
+        pd.MultiIndex.from_arrays([[] for _ in names], names=names)
+
+
 def _frame(rows: dict[tuple, dict], keys: tuple[str, ...], columns: tuple[str, ...]) -> pd.DataFrame:
-    index = pd.MultiIndex.from_tuples(sorted(rows), names=keys) if rows else \
-        pd.MultiIndex.from_arrays([[] for _ in keys], names=keys)
-    data = {col: [rows[k].get(col, None if col in TEXT else np.nan) for k in sorted(rows)] for col in columns}
-    df = pd.DataFrame(data, index=index, columns=list(columns))
+    order = sorted(rows)
+    data = {col: [rows[k].get(col, None if col in TEXT else np.nan) for k in order] for col in columns}
+    df = pd.DataFrame(data, index=_index(order, keys), columns=list(columns))
     for col in columns:
         if col not in TEXT:
             df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     return df
 
 
-def snapshot(records: Iterable[tuple[str, dict[str, str], float]]) -> ConfigSnapshot:
-    """The snapshot from (metric name, labels, latest value) records of METRICS."""
-    tables: dict[str, dict[tuple, dict]] = {"nic": {}, "gpu": {}, "bond": {}, "pfc": {}, "ecn": {},
-                                            "link_pause": {}, "bond_member": {}}
-    infos: dict[tuple[str, str, str], set[tuple]] = {}
-    held: dict[str, Counter] = {}
-    for name, labels, value in records:
+def _values(rows: dict[tuple, float], keys: tuple[str, ...], column: str) -> pd.DataFrame:
+    """A table of one numeric column (the flags: some 400,000 rows at 2,048 nodes), kept as
+    {key: value} rather than {key: {column: value}}: a dict per row was most of the memory."""
+    order = sorted(rows)
+    return pd.DataFrame({column: np.fromiter((rows[k] for k in order), float, len(order))},
+                        index=_index(order, keys))
+
+
+# The labels each metric's records are read by (the rest of a series' labels are not used).
+_KEY_LABELS = {name: ("gpu" if table == "gpu" else "device",) for name, (table, _) in GAUGES.items()} | {
+    name: ("device", *extra) for name, (_, extra) in FLAGS.items()} | {
+    name: (key, *columns.values()) for name, (_, key, columns) in INFOS.items()} | {
+    BUSY: ("gpu",), c.BOND_MEMBER_UP.name: ("bond", "device"), WORKLOAD: ("source", "namespace", "workload")}
+
+
+def labels_read(name: str) -> tuple[str, ...]:
+    """The labels of a series of `name` that the snapshot reads: a source may hand over only these."""
+    return ("instance", *_KEY_LABELS.get(name, ()))
+
+
+class SnapshotBuilder:
+    """The snapshot built record by record, as a source reads them (an answer at a time, each
+    dropped once added): only the tables are held, not every series' labels. Label values
+    are interned: the same instance and device names repeat in tens of thousands of keys."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, dict[tuple, dict]] = {"nic": {}, "gpu": {}, "bond": {}}
+        self.flags: dict[str, dict[tuple, float]] = {table: {} for table, _ in FLAGS.values()}
+        self.members: dict[tuple, float] = {}
+        self.infos: dict[tuple[str, str, str], set[tuple]] = {}
+        self.held: dict[str, Counter] = {}
+        self._strings: dict[str, str] = {}
+
+    def _name(self, text: str) -> str:
+        return self._strings.setdefault(text, text)
+
+    def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
         instance = labels.get("instance")
         if instance is None:
-            continue
+            return
+        instance = self._name(instance)
         if name == WORKLOAD:
             if value > 0 and c.workload_names_a_job(labels.get("source", ""), labels.get("namespace", "")):
-                held.setdefault(instance, Counter())[f"{labels.get('namespace', '')}/{labels.get('workload', '')}"] += 1
+                self.held.setdefault(instance, Counter())[
+                    f"{labels.get('namespace', '')}/{labels.get('workload', '')}"] += 1
         elif name in GAUGES:
             table, column = GAUGES[name]
-            key = (instance, labels.get("gpu" if table == "gpu" else "device", ""))
-            tables[table].setdefault(key, {})[column] = value
+            key = (instance, self._name(labels.get("gpu" if table == "gpu" else "device", "")))
+            self.tables[table].setdefault(key, {})[column] = value
         elif name == BUSY:
-            tables["gpu"].setdefault((instance, labels.get("gpu", "")), {})["busy"] = value
+            self.tables["gpu"].setdefault((instance, self._name(labels.get("gpu", ""))), {})["busy"] = value
         elif name in FLAGS:
             table, extra = FLAGS[name]
-            flag_key = (instance, labels.get("device", ""), *(labels.get(x, "") for x in extra))
-            tables[table][flag_key] = {"enabled": value}
+            self.flags[table][(instance, self._name(labels.get("device", "")),
+                               *(self._name(labels.get(x, "")) for x in extra))] = value
         elif name == c.BOND_MEMBER_UP.name:
-            tables["bond_member"][(instance, labels.get("bond", ""), labels.get("device", ""))] = {"up": value}
+            self.members[(instance, self._name(labels.get("bond", "")), self._name(labels.get("device", "")))] = value
         elif name in INFOS:
             key_label, columns = INFOS[name][1:]
             facts = tuple((col, labels.get(label, "")) for col, label in columns.items())
-            infos.setdefault((name, instance, labels.get(key_label, "")), set()).add(facts)
-    changed = []
-    for (name, instance, device), variants in infos.items():
-        row = tables[INFOS[name][0]].setdefault((instance, device), {})
-        if len(variants) > 1:  # reconfigured within the window: unknown, not guessed
-            changed.append(f"{name} of {instance} {device}")
-            continue
-        for col, value in next(iter(variants)):
-            row[col] = None if value == "" or (col == "numa_node" and value == "-1") else value
-    notes = []
-    if changed:
-        notes.append(f"configuration changed within the window, taken as unknown: {', '.join(sorted(changed)[:3])}"
-                     + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""))
-    return ConfigSnapshot(
-        nic=_frame(tables["nic"], ("instance", "device"), NIC_COLUMNS),
-        gpu=_frame(tables["gpu"], ("instance", "gpu"), GPU_COLUMNS),
-        pfc=_frame(tables["pfc"], ("instance", "device", "priority"), ("enabled",)),
-        ecn=_frame(tables["ecn"], ("instance", "device", "priority", "point"), ("enabled",)),
-        link_pause=_frame(tables["link_pause"], ("instance", "device", "direction"), ("enabled",)),
-        bond=_frame(tables["bond"], ("instance", "bond"), ("mode", "xmit_hash_policy")),
-        bond_member=_frame(tables["bond_member"], ("instance", "bond", "device"), ("up",)),
-        notes=notes, job_of={i: jobs.most_common(1)[0][0] for i, jobs in held.items()})
+            self.infos.setdefault((name, instance, self._name(labels.get(key_label, ""))), set()).add(facts)
+
+    def build(self) -> ConfigSnapshot:
+        tables = self.tables
+        changed = []
+        for (name, instance, device), variants in self.infos.items():
+            row = tables[INFOS[name][0]].setdefault((instance, device), {})
+            if len(variants) > 1:  # reconfigured within the window: unknown, not guessed
+                changed.append(f"{name} of {instance} {device}")
+                continue
+            for col, value in next(iter(variants)):
+                row[col] = None if value == "" or (col == "numa_node" and value == "-1") else value
+        notes = []
+        if changed:
+            notes.append(f"configuration changed within the window, taken as unknown: {', '.join(sorted(changed)[:3])}"
+                         + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""))
+        return ConfigSnapshot(
+            nic=_frame(tables["nic"], ("instance", "device"), NIC_COLUMNS),
+            gpu=_frame(tables["gpu"], ("instance", "gpu"), GPU_COLUMNS),
+            pfc=_values(self.flags["pfc"], ("instance", "device", "priority"), "enabled"),
+            ecn=_values(self.flags["ecn"], ("instance", "device", "priority", "point"), "enabled"),
+            link_pause=_values(self.flags["link_pause"], ("instance", "device", "direction"), "enabled"),
+            bond=_frame(tables["bond"], ("instance", "bond"), ("mode", "xmit_hash_policy")),
+            bond_member=_values(self.members, ("instance", "bond", "device"), "up"),
+            notes=notes, job_of={i: jobs.most_common(1)[0][0] for i, jobs in self.held.items()})
+
+
+def snapshot(records: Iterable[tuple[str, Mapping[str, str], float]]) -> ConfigSnapshot:
+    """The snapshot from (metric name, labels, latest value) records of METRICS."""
+    builder = SnapshotBuilder()
+    for name, labels, value in records:
+        builder.add(name, labels, value)
+    return builder.build()
 
 
 def empty_snapshot() -> ConfigSnapshot:

@@ -40,7 +40,8 @@ async def serve(args: argparse.Namespace, history: History, web_config: WebConfi
 
     runner_ref: list[Runner] = []
     metrics = Metrics(Published(args.max_data_age, report_url),
-                      lambda: float(len(runner_ref[0].pending)) if runner_ref else 0.0, lambda: float(history.size()))
+                      lambda: float(len(runner_ref[0].pending)) if runner_ref else 0.0, lambda: float(history.size()),
+                      lambda: runner_ref[0].config_age() if runner_ref else float("nan"))
     annotations = Annotations(args.grafana_url, args.grafana_token_file, report_url) if args.grafana_token_file \
         else None
     runner = Runner(args, history, metrics, annotations)
@@ -51,9 +52,9 @@ async def serve(args: argparse.Namespace, history: History, web_config: WebConfi
     host, port = args.listen
     site = web.TCPSite(app_runner, host, port, ssl_context=web_config.context if web_config else None)
     await site.start()
-    log.info("diagnose serve: %s://%s:%d, Prometheus %s, a run every %gs over %gs, history %s",
-             "https" if web_config and web_config.context else "http", host, port, args.prometheus, args.interval,
-             args.lookback, args.history)
+    log.info("diagnose serve: %s://%s:%d, Prometheus %s, a run every %gs over %gs, configuration read every %gs, "
+             "history %s", "https" if web_config and web_config.context else "http", host, port, args.prometheus,
+             args.interval, args.lookback, args.config_interval, args.history)
     await runner.start()
     await stop.wait()
     log.info("stopping")

@@ -124,7 +124,8 @@ class Published(Collector):
 class Metrics:
     """Every series the service publishes, in a registry of its own."""
 
-    def __init__(self, published: Published, queue_length: Callable[[], float], history_bytes: Callable[[], float]):
+    def __init__(self, published: Published, queue_length: Callable[[], float], history_bytes: Callable[[], float],
+                 config_age: Callable[[], float] = lambda: float("nan")):
         self.registry = CollectorRegistry(auto_describe=False)
         self.published = published
         self.registry.register(published)
@@ -146,3 +147,5 @@ class Metrics:
               registry=self.registry).set_function(queue_length)
         Gauge("gpunet_diagnosis_history_bytes", "Bytes of the history file on disk",
               registry=self.registry).set_function(history_bytes)
+        Gauge("gpunet_diagnosis_config_age_seconds", "Seconds since the configuration facts the runs audit were "
+              "read (--config-interval); NaN before the first read", registry=self.registry).set_function(config_age)

@@ -4,7 +4,12 @@ alert-driven diagnoses (bounded, deduplicated by Alertmanager's groupKey while q
 running, one diagnosis at a time per job). Each run is `diagnose --prometheus URL --since
 LOOKBACK --end NOW`'s pipeline, in a worker thread under --run-timeout; a run past it is
 abandoned and its result dropped. A failed run is one log line and a metric, and leaves
-the last good results to age out (publish.py)."""
+the last good results to age out (publish.py).
+
+The configuration facts (PFC/ECN, MTU, PCIe, bonds: the audit's snapshot, 700,000 series at
+2,048 nodes, which change on maintenance) are read on a slower schedule of their own
+(--config-interval), never while a run goes on, and every run audits the newest snapshot;
+a run before the first one was read reads its own, as the command does."""
 
 from __future__ import annotations
 
@@ -15,7 +20,9 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import TypeVar
 
+from diagnoser.model.netconfig import ConfigSnapshot
 from diagnoser.model.report import Report
 from diagnoser.pipeline import Options, UnknownJob, diagnose, job_report
 from diagnoser.render import render
@@ -23,7 +30,7 @@ from diagnoser.render.document import safe
 from diagnoser.service.grafana import Annotations
 from diagnoser.service.history import History, HistoryError
 from diagnoser.service.publish import JobState, Metrics, finding_row
-from diagnoser.sources import Connection, Source, SourceError
+from diagnoser.sources import Connection, Source, SourceError, read_config
 
 log = logging.getLogger("gpunet.diagnoser")
 
@@ -42,13 +49,16 @@ class AlertRun:
     end: float
 
 
-def in_thread(work: Callable[[float, float], Report], *args: float) -> asyncio.Future[Report]:
+T = TypeVar("T")
+
+
+def in_thread(work: Callable[[float, float], T], *args: float) -> asyncio.Future[T]:
     """`work(*args)` in a daemon thread of its own: one abandoned at its deadline (a server
     that does not answer) keeps neither a pool's thread nor the process's exit waiting."""
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[Report] = loop.create_future()
+    future: asyncio.Future[T] = loop.create_future()
 
-    def settle(result: Report | None, error: BaseException | None) -> None:
+    def settle(result: T | None, error: BaseException | None) -> None:
         if not future.done():  # abandoned: its result is dropped
             future.set_exception(error) if error is not None else future.set_result(result)  # type: ignore[arg-type]
 
@@ -75,20 +85,95 @@ class Runner:
         self.running_jobs: list[tuple[str, ...]] = []
         self.changed = asyncio.Condition()
         self._tasks: set[asyncio.Task] = set()
+        # The newest configuration snapshot and when it was read (its window's end).
+        self.config: ConfigSnapshot | None = None
+        self.config_read_at: float | None = None
+        self._turns = asyncio.Condition()  # runs and configuration reads take turns
+        self._runs_going = 0
+        self._reading_config = False
         for entry in history.latest_per_job():  # a restart publishes what was last known, to age out
             metrics.published.states[entry.job] = JobState(entry.verdict, entry.data_end, entry.findings, entry.id)
 
     # --- the pipeline, in a worker thread ---------------------------------------------------
-    def _diagnose(self, since: float, end: float) -> Report:
+    def _source(self, since: float, end: float) -> Source:
         a = self.args
-        # --recording-rules reaches the source where it takes it (diagnoser/sources: Source.recording_rules).
-        records = {"recording_rules": a.recording_rules} if "recording_rules" in Source.__dataclass_fields__ else {}
-        source = Source(prometheus=a.prometheus, since=f"{since:.3f}s", end=f"{end:.3f}",
-                        connection=Connection(a.bearer_token_file, a.basic_auth_user, a.ca_file, a.timeout), **records)
-        return diagnose(source, Options(grafana_url=a.grafana_url))
+        return Source(prometheus=a.prometheus, since=f"{since:.3f}s", end=f"{end:.3f}",
+                      connection=Connection(a.bearer_token_file, a.basic_auth_user, a.ca_file, a.timeout),
+                      recording_rules=a.recording_rules)
+
+    def _diagnose(self, since: float, end: float) -> Report:
+        config, read_at = self.config, self.config_read_at
+        report = diagnose(self._source(since, end), Options(grafana_url=self.args.grafana_url), config=config)
+        if config is not None and read_at is not None:
+            report.notes.append(
+                f"configuration facts read {max(0.0, end - read_at):.0f}s before the window's end "
+                f"(the service reads them every {self.args.config_interval:g}s)")
+        return report
+
+    def _read_config(self, since: float, end: float) -> ConfigSnapshot:
+        return read_config(self._source(since, end))[3]
+
+    def config_age(self) -> float:
+        """Seconds since the newest configuration snapshot was read; NaN before the first."""
+        return float("nan") if self.config_read_at is None else max(0.0, time.time() - self.config_read_at)
+
+    async def _turn(self, config: bool) -> None:
+        """Wait for this one's turn: a run while no configuration read goes on, a read while
+        no run does (they would share the server and the CPU)."""
+        async with self._turns:
+            if config:
+                await self._turns.wait_for(lambda: self._runs_going == 0)
+                self._reading_config = True
+            else:
+                await self._turns.wait_for(lambda: not self._reading_config)
+                self._runs_going += 1
+
+    async def _done(self, config: bool) -> None:
+        async with self._turns:
+            if config:
+                self._reading_config = False
+            else:
+                self._runs_going -= 1
+            self._turns.notify_all()
+
+    async def refresh_config(self) -> bool:
+        """Read the configuration snapshot of the last --lookback, in its turn; the last one
+        stands where it fails. False when it failed."""
+        await self._turn(config=True)
+        try:
+            end = time.time()
+            config = await asyncio.wait_for(in_thread(self._read_config, self.args.lookback, end),
+                                            self.args.run_timeout)
+        except TimeoutError:
+            log.error("configuration read abandoned after %gs (--run-timeout): runs audit the last one read",
+                      self.args.run_timeout)
+            return False
+        except Exception as e:  # noqa: BLE001 - one line; the runs go on with the last snapshot
+            log.error("configuration read failed: %s", safe(" ".join(str(e).split())[:300]))
+            return False
+        finally:
+            await self._done(config=True)
+        self.config, self.config_read_at = config, end
+        return True
+
+    async def config_schedule(self) -> None:
+        """A configuration read now, then every --config-interval."""
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        while True:
+            await self.refresh_config()
+            due += self.args.config_interval
+            await asyncio.sleep(max(0.0, due - loop.time()))
 
     async def run(self, trigger: str, since: float, end: float, jobs: tuple[str, ...] = ()) -> bool:
         """One diagnosis of (end - since, end]; its reports stored and published. False when it failed."""
+        await self._turn(config=False)
+        try:
+            return await self._run(trigger, since, end, jobs)
+        finally:
+            await self._done(config=False)
+
+    async def _run(self, trigger: str, since: float, end: float, jobs: tuple[str, ...]) -> bool:
         began = time.monotonic()
         what = f"{trigger} run" + (f" for {', '.join(jobs)}" if jobs else "")
         try:
@@ -202,6 +287,7 @@ class Runner:
                     self.changed.notify_all()
 
     async def start(self) -> None:
+        self._spawn(self.config_schedule())
         self._spawn(self.schedule())
         for _ in range(ALERT_WORKERS):
             self._spawn(self.alert_worker())

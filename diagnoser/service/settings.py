@@ -86,6 +86,10 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=duration(1, 86400), default=60.0, help="between scheduled runs (default 60s)")
     p.add_argument("--lookback", type=duration(60, 7 * 86400), default=1800.0,
                    help="the window of each scheduled run, ending at the run's time (default 30m)")
+    p.add_argument("--config-interval", type=duration(10, 86400), default=600.0,
+                   help="between reads of the configuration facts (PFC/ECN, MTU, PCIe, bonds) that every run "
+                        "audits: they change on maintenance, and at thousands of nodes are most of a run's "
+                        "series (default 10m)")
     p.add_argument("--run-timeout", type=duration(1, 86400), default=50.0,
                    help="deadline of one run; a run past it is abandoned (default 50s)")
     p.add_argument("--max-data-age", type=duration(1, 7 * 86400), default=300.0,

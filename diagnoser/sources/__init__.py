@@ -16,8 +16,7 @@ from diagnoser.model.frame import Frame
 from diagnoser.model.netconfig import METRICS as CONFIG_METRICS
 from diagnoser.model.netconfig import ConfigSnapshot
 from diagnoser.sources.nccl_dump import read_dumps
-from diagnoser.sources.promconfig import config_from_prometheus
-from diagnoser.sources.prometheus import frame_from_prometheus
+from diagnoser.sources.prometheus import config_by_groups, frame_from_prometheus
 from diagnoser.sources.replay import TraceError, frame_from_trace
 from gpunet.promapi import PromError, client_from_arguments
 from gpunet.window import parse_duration, parse_time, resolve
@@ -71,21 +70,26 @@ def _from_trace(source: Source, progress: Progress, wanted: frozenset[str] | Non
                             warn=lambda m: progress(f"warning: {m}"), wanted=wanted)
 
 
-def read_frame(source: Source, progress: Progress = quiet) -> Frame:
-    """The tidy frame of the source's window."""
+def read_frame(source: Source, progress: Progress = quiet, config: ConfigSnapshot | None = None) -> Frame:
+    """The tidy frame of the source's window. `config`: its configuration snapshot, already
+    read (a server's facts are then not asked; a trace reads them with the rest anyway)."""
     try:
         if source.replay:
-            return _from_trace(source, progress)
+            frame = _from_trace(source, progress)
+            if config is not None:
+                frame.config = config
+            return frame
         start, end = resolve(source.since, source.start, source.end)
-        return asyncio.run(_from_server(source, start, end, progress))
+        return asyncio.run(_from_server(source, start, end, progress, config))
     except (TraceError, PromError, ValueError, OSError) as e:
         raise SourceError(str(e)) from None
 
 
-async def _from_server(source: Source, start: float, end: float, progress: Progress) -> Frame:
+async def _from_server(source: Source, start: float, end: float, progress: Progress,
+                       config: ConfigSnapshot | None = None) -> Frame:
     async with client_from_arguments(str(source.prometheus), source.connection) as client:
         try:
-            return await frame_from_prometheus(client, start, end, progress, source.recording_rules)
+            return await frame_from_prometheus(client, start, end, progress, source.recording_rules, config)
         except (KeyError, TypeError, AttributeError, IndexError) as e:
             # An engine that answers with another shape than the HTTP API's: say so, in one line.
             raise PromError(f"{client.url}: an answer of an unexpected shape ({type(e).__name__}: "
@@ -95,20 +99,20 @@ async def _from_server(source: Source, start: float, end: float, progress: Progr
 def read_config(source: Source, progress: Progress = quiet) -> tuple[str, float, float, ConfigSnapshot]:
     """Only the configuration facts of the window: (source name, start, end, snapshot).
     A trace's other families are skipped unparsed; a server answers one instant query per
-    configuration metric."""
+    configuration metric and node group."""
     try:
         if source.replay:
             frame = _from_trace(source, progress, CONFIG_METRICS)
             return frame.source, frame.start, frame.end, frame.config
         start, end = resolve(source.since, source.start, source.end)
-        return source.name, start, end, asyncio.run(_config_from_server(source, start, end))
+        return source.name, start, end, asyncio.run(_config_from_server(source, start, end, progress))
     except (TraceError, PromError, ValueError, OSError) as e:
         raise SourceError(str(e)) from None
 
 
-async def _config_from_server(source: Source, start: float, end: float) -> ConfigSnapshot:
+async def _config_from_server(source: Source, start: float, end: float, progress: Progress) -> ConfigSnapshot:
     async with client_from_arguments(str(source.prometheus), source.connection) as client:
-        return await config_from_prometheus(client, start, end)
+        return await config_by_groups(client, start, end, progress)
 
 
 def read_nccl(source: Source) -> pd.DataFrame:

@@ -32,8 +32,10 @@ from diagnoser.model.columns import (
     nccl_key,
 )
 from diagnoser.model.frame import FINE, Frame, assemble, choose_step, data_window, fine_table, window_edges
+from diagnoser.model.netconfig import ConfigSnapshot
 from diagnoser.sources import recorded as rec
 from diagnoser.sources.promconfig import config_from_prometheus
+from diagnoser.sources.vector import decode_vector
 from gpunet import contract as c
 from gpunet.promapi import PRESENCE_METRIC, PromError, PrometheusClient, PromLimitError, where_data_is
 from gpunet.promql import regex_literal
@@ -167,16 +169,16 @@ class _Queries:
         return out
 
     async def _run(self, template: str, group: list[str] | None, windows: np.ndarray | None, step: float,
-                   depth: int = 0) -> list[dict]:
+                   depth: int = 0, decode: Callable[[bytes], object] = json.loads) -> list[dict]:
         """One query for the nodes of `group` (None: no matcher), over `windows` (a range
         query) or at the end (None: an instant one); where the server refuses it over a
         limit, its halves: by nodes while a group has two and the limit is not on points per
-        series, else by time."""
+        series, else by time. `decode`: an instant query's parser (sources/vector.py)."""
         matcher = "" if group is None else 'instance=~"' + "|".join(regex_literal(i) for i in group) + '"'
         expr = _expression(template, matcher, step if windows is not None else self.end - self.start, self.scrape)
         try:
             if windows is None:
-                return [await self.client.query(expr, self.end)]
+                return [await self.client.query(expr, self.end, decode=decode)]
             return [await self.client.query_range(expr, float(windows[0] + step), float(windows[-1] + step), step,
                                                   decode=_matrix)]
         except PromLimitError as refused:
@@ -201,7 +203,7 @@ class _Queries:
             if said not in self._said:  # one line per kind of split, not one per query
                 self._said.add(said)
                 self.progress(said)
-            parts = await asyncio.gather(*(self._run(template, g, w, step, depth + 1) for g, w in halves))
+            parts = await asyncio.gather(*(self._run(template, g, w, step, depth + 1, decode) for g, w in halves))
             return [result for part in parts for result in part]
 
 
@@ -363,10 +365,11 @@ async def _records_interval(q: _Queries, mode: str, scrape: float) -> tuple[floa
 
 async def frame_from_prometheus(client: PrometheusClient, start: float, end: float,
                                 progress: Callable[[str], None] = lambda m: None,
-                                recording_rules: str = "auto") -> Frame:
+                                recording_rules: str = "auto", config: ConfigSnapshot | None = None) -> Frame:
     """The tidy frame of [start, end]. `recording_rules`: auto reads the node columns from
     the per-node records where they exist over the window (recorded.py), on insists on
-    them, off reads the raw series."""
+    them, off reads the raw series. `config`: the configuration snapshot, already read
+    (its facts are then not asked again)."""
     instances = await _instances(client, start, end, progress)
     if not instances:
         raise PromError(f"{client.url}: no gpunet series between {rfc3339(start)} and {rfc3339(end)}; "
@@ -521,7 +524,9 @@ async def frame_from_prometheus(client: PrometheusClient, start: float, end: flo
                 gpu_rows.setdefault(key, {})[column] = values
     workloads, node_fine = await _jobs_inputs(q, has_gpus, fine_step, fine_windows, every)
     nccl = await _nccl(q)
-    config = await config_from_prometheus(client, start, end, lambda template: _instant_by_groups(q, template))
+    if config is None:
+        config = await config_from_prometheus(client, start, end,
+                                              lambda template, fold: _instant_by_groups(q, template, fold))
     frame = assemble(f"prometheus:{client.url}", start, end, step, scrape, windows, node_cols, nic_rows, has_gpus,
                      fine, speed_median, warnings, gpu_rows)
     frame.workloads, frame.node_fine, frame.nccl = workloads, node_fine, nccl
@@ -599,16 +604,30 @@ def _gpu_time(every: float | None, window: float
     return by(c.GPU_BUSY_SECONDS.name), by(c.GPU_IDLE_SECONDS.name)
 
 
-async def _instant_by_groups(q: _Queries, template: str) -> list[dict]:
+async def config_by_groups(client: PrometheusClient, start: float, end: float,
+                           progress: Callable[[str], None] = lambda m: None) -> ConfigSnapshot:
+    """The configuration snapshot of [start, end] alone (`diagnose --audit`, the service's
+    own schedule), asked per node group as a diagnosis asks it."""
+    instances = await _instances(client, start, end, progress)
+    q = _Queries(client, start, end, instances, progress)
+    return await config_from_prometheus(
+        client, start, end, (lambda template, fold: _instant_by_groups(q, template, fold)) if instances else None)
+
+
+async def _instant_by_groups(q: _Queries, template: str, fold: Callable[[object], None]) -> None:
     """An instant query over every node's series (the configuration facts: some 350 series a
     node of 8 NICs and 8 GPUs), asked per node group at once: the whole cluster's answer
     (some 100 MB of JSON at 2,048 nodes) would pass the client's cap on one answer, and be
-    read whole, then halved and read again, before it passed."""
-    if len(q.instances) <= NODE_GROUP:
-        return await q.instant(template)
-    groups = [q.instances[i:i + NODE_GROUP] for i in range(0, len(q.instances), NODE_GROUP)]
-    parts = await asyncio.gather(*(q._run(template, group, None, 0.0) for group in groups))
-    return [series for part in parts for answer in part for series in answer.get("result", [])]
+    read whole, then halved and read again, before it passed. Each answer is read compactly
+    (sources/vector.py) and folded in as it comes."""
+    groups: list[list[str] | None] = [None] if len(q.instances) <= NODE_GROUP else [
+        q.instances[i:i + NODE_GROUP] for i in range(0, len(q.instances), NODE_GROUP)]
+
+    async def one(group: list[str] | None) -> None:
+        for answer in await q._run(template, group, None, 0.0, decode=decode_vector):
+            fold(answer.get("result", []))
+
+    await asyncio.gather(*(one(group) for group in groups))
 
 
 async def _recorded_gpu_seconds(q: _Queries, node: pd.DataFrame, every: float, data_end: float
