@@ -2,6 +2,7 @@
 in one line, credentials never in a message."""
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import tempfile
 import time
 import zlib
+from collections.abc import Callable
 
 import pytest
 from aiohttp import web
@@ -278,6 +280,120 @@ async def test_diagnose_against_endless_answers_stays_under_a_gigabyte(endless_r
     assert status == 1 and "Traceback" not in stderr, stderr
     assert f"over {MAX_RESPONSE_BYTES >> 20} MiB" in stderr.strip().splitlines()[-1], stderr
     print(f"peak RSS {peak_kib >> 10} MiB over {answered} endless answers")
+
+
+# An answer just under the cap on what a query may return: every answer of this size is read
+# in full and parsed, none refused.
+NEAR_CAP = MAX_RESPONSE_BYTES - (64 << 10)
+
+
+def _near_cap(head: bytes, item: Callable[[int], bytes], tail: bytes) -> bytes:
+    """head, items 0, 1, 2... joined by commas, tail: as many items as fit in NEAR_CAP."""
+    parts, size, i = [head], len(head) + len(tail), 0
+    while True:
+        piece = item(i) + b","
+        if size + len(piece) > NEAR_CAP:
+            break
+        parts.append(piece)
+        size, i = size + len(piece), i + 1
+    return b"".join(parts).rstrip(b",") + tail
+
+
+@pytest.fixture(params=["points", "tiny"])
+async def near_cap_answers(request):
+    """A Prometheus of two nodes scraped every 5 s that answers every other query, range,
+    instant or series, with a well-formed answer just under the cap: `points`, series with
+    a point at every time asked for, and a label value of their own for every label the
+    diagnoser groups by; `tiny`, series of one point each (a hundred thousand and more),
+    half of them on instances that were never listed."""
+    nodes = [f"node-{i:03d}:9845" for i in range(2)]
+    labels = ("device", "gpu", "network_state", "speed", "workload", "source", "namespace", "priority")
+    answered = {"range": 0, "instant": 0, "series": 0}
+    bodies: dict[tuple, bytes] = {}
+
+    def metric(i: int) -> bytes:
+        instance = nodes[i % 2] if request.param == "points" or i % 2 == 0 else f"h{i}"
+        return json.dumps({"instance": instance, **dict.fromkeys(labels, f"{i}")},
+                          separators=(",", ":")).encode()
+
+    metrics = [metric(i) for i in range(NEAR_CAP // 100)]  # more than fit: every body takes from here
+
+    def matrix(start: float, end: float, step: float) -> bytes:
+        key = (start, end, step)
+        if key not in bodies:  # built once per range asked (every time asked for, a point)
+            times = [start + k * step for k in range(int(round((end - start) / step)) + 1)]
+            points = b",".join(b'[%.3f,"1"]' % t for t in (times if request.param == "points" else times[:1]))
+            bodies[key] = _near_cap(b'{"status":"success","data":{"resultType":"matrix","result":[',
+                                    lambda i: b'{"metric":' + metrics[i] + b',"values":[' + points + b"]}", b"]}}")
+        return bodies[key]
+
+    vector = _near_cap(b'{"status":"success","data":{"resultType":"vector","result":[',
+                       lambda i: b'{"metric":' + metrics[i] + b',"value":[1767225600,"1"]}', b"]}}")
+    series = _near_cap(b'{"status":"success","data":[', metrics.__getitem__, b"]}")
+
+    def answer(body: bytes) -> web.Response:
+        return web.Response(body=body, content_type="application/json")
+
+    async def label_values(request: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": nodes})
+
+    async def instant(request: web.Request) -> web.Response:
+        form = await request.post()
+        expr, at = form["query"], float(form["time"])
+        # Enough truth for the diagnoser to find the data and its scrape interval (5 s).
+        if expr.startswith("max by (instance) (count_over_time("):
+            result = [{"metric": {"instance": n}, "value": [at, "361"]} for n in nodes]
+        elif expr.startswith(("max by (instance) (timestamp(", "max(timestamp(")):
+            result = [{"metric": {"instance": n}, "value": [at, f"{at:.3f}"]} for n in nodes]
+        elif re.match(r"\w+\{instance=~", expr):
+            span = int(re.search(r"\[(\d+)ms\]", expr).group(1)) / 1000
+            samples = [[at - span + 5 * k, "1"] for k in range(int(span / 5) + 1)]
+            return web.json_response({"status": "success", "data": {"resultType": "matrix", "result": [
+                {"metric": {"instance": nodes[0]}, "values": samples}]}})
+        else:
+            answered["instant"] += 1
+            return answer(vector)
+        return web.json_response({"status": "success", "data": {"resultType": "vector", "result": result}})
+
+    async def query_range(request: web.Request) -> web.Response:
+        form = await request.post()
+        answered["range"] += 1
+        return answer(matrix(float(form["start"]), float(form["end"]), float(form["step"])))
+
+    async def series_list(request: web.Request) -> web.Response:
+        answered["series"] += 1
+        return answer(series)
+
+    async def metadata(request: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": {}})
+
+    app = web.Application()
+    app.router.add_route("*", "/api/v1/label/{name}/values", label_values)
+    app.router.add_post("/api/v1/query", instant)
+    app.router.add_post("/api/v1/query_range", query_range)
+    app.router.add_route("*", "/api/v1/series", series_list)
+    app.router.add_get("/api/v1/metadata", metadata)
+    server = TestServer(app)
+    await server.start_server()
+    yield f"http://127.0.0.1:{server.port}", answered
+    await server.close()
+
+
+async def test_diagnose_against_answers_just_under_the_cap_stays_under_a_gigabyte(near_cap_answers):
+    """Every query answered in full just under the cap, all of them in flight: the answers
+    are folded in as they come (only those in flight are held), and the rows kept are bounded
+    (series on instances not asked for dropped, the keys of a query capped): the diagnose
+    process stays under 1 GB and ends with a report or a one-line error."""
+    url, answered = near_cap_answers
+    cmd = [sys.executable, "-m", "diagnoser.cli", "--prometheus", url, "--since", "30m"]
+    status, stderr, peak_kib = await asyncio.get_running_loop().run_in_executor(None, run_measured, cmd, 1 << 20, 600)
+    assert peak_kib < 1 << 20, f"peak RSS {peak_kib >> 10} MiB (killed past 1 GiB); {answered}"
+    assert answered["range"] >= 37 and answered["instant"] >= 8, answered  # a whole diagnosis' queries
+    assert "Traceback" not in stderr, stderr
+    assert "warning: the server answered" in stderr, stderr  # what was dropped is said
+    last = stderr.strip().splitlines()[-1]
+    assert status == 0 or (status == 1 and last.startswith("diagnose:")), stderr
+    print(f"peak RSS {peak_kib >> 10} MiB over {answered} answers just under the cap, exit {status}: {last}")
 
 
 async def test_json_nested_deeper_than_python_recurses_is_one_line(hostile):

@@ -44,6 +44,14 @@ from gpunet.window import rfc3339
 NODE_GROUP = 200  # instances per query: keeps each answer a few MB on a 1000-node cluster
 WINDOWS_PER_QUERY = 120  # time split: windows per range query
 MAX_SUSPECTS = 64
+# Device names a matcher may list (a fleet's fabric NICs are a few names); past it, the
+# fabric is joined on (the same answer): a server naming every NIC apart must not make each
+# query's text megabytes.
+MAX_FABRIC_NAMES = 256
+# A query keeps at most this many distinct keys (series, in an instant query) per node
+# asked for, and never fewer than MIN_KEYS: see _cap.
+KEYS_PER_NODE = 1024
+MIN_KEYS = 4096
 MAX_SPLITS = 6  # halvings of a query refused over a server limit: at most 64 pieces of it
 # Counters whose samples tell the scrape interval, in the order tried: one series per node
 # first (the cheapest query), then counters every GPU node and every node serve (the TCP
@@ -115,6 +123,75 @@ def _expression(template: str, matcher: str, window: float, scrape: float) -> st
             .replace("$W", f"{ms - 1}ms"))
 
 
+def _cap(nodes: int) -> int:
+    """The most distinct series (or keys) one query over `nodes` nodes keeps: well past what
+    a node serves of any metric (NICs x priorities, GPUs x workloads, NCCL ranks x
+    collectives), and what bounds the rows a server's answer of a hundred thousand series
+    makes (each a float per window, every query's held until the frame is built)."""
+    return max(MIN_KEYS, KEYS_PER_NODE * nodes)
+
+
+_METRIC_NAME = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{")
+
+
+def _named(template: str) -> str:
+    """A query by the metric it reads, for a warning (the PromQL runs to hundreds of characters)."""
+    found = _METRIC_NAME.search(template)
+    return found.group(1) if found else template[:80]
+
+
+class _Rows:
+    """The answers of one query folded into {labels -> one value per window}, as they come.
+    A series no query of this family can answer is dropped and counted: one on an instance
+    not asked for, where the key holds the instance; a key past _cap."""
+
+    def __init__(self, labels: tuple[str, ...], nodes: list[str], windows: np.ndarray, step: float, add: bool):
+        self.labels, self.windows, self.step, self.add = labels, windows, step, add
+        self.at = labels.index("instance") if "instance" in labels else None
+        self.asked = set(nodes)
+        self.cap = _cap(len(nodes))
+        self.out: dict[tuple, np.ndarray] = {}
+        self._keys: set[tuple] = set()  # every key kept, over the parts too
+        self.foreign = self.over = 0
+
+    def fold(self, results: list[dict], into: dict[tuple, np.ndarray]) -> None:
+        windows, step = self.windows, self.step
+        first = windows[0] + step
+        for result in results:
+            for series in result.get("result", []):
+                key = tuple(series["metric"].get(label, "") for label in self.labels)
+                if self.at is not None and key[self.at] not in self.asked:
+                    self.foreign += 1
+                    continue
+                row = into.get(key)
+                if row is None:
+                    if key not in self._keys and len(self._keys) >= self.cap:
+                        self.over += 1
+                        continue
+                    self._keys.add(key)
+                    row = into[key] = np.full(len(windows), np.nan)
+                points = series.get("values", [])
+                if not isinstance(points, np.ndarray):
+                    points = np.array(points, dtype=float).reshape(-1, 2)
+                # Each point to its window: the windows are evenly spaced; a time the
+                # server moved (not one asked for) is dropped.
+                i = np.rint((points[:, 0] - first) / step).astype(int)
+                inside = (i >= 0) & (i < len(windows))
+                inside[inside] = np.abs(points[inside, 0] - (windows[i[inside]] + step)) < 0.0015
+                i, values = i[inside], points[inside, 1]
+                row[i] = np.where(np.isnan(row[i]), values, row[i] + values) if self.add else values
+
+    def add_up(self, parts: list[dict[tuple, np.ndarray]]) -> None:
+        """The node groups' sums added up, in the groups' order; a window none answered stays NaN."""
+        for part in parts:
+            for key, row in part.items():
+                total = self.out.get(key)
+                if total is None:
+                    self.out[key] = row
+                else:
+                    self.out[key] = np.where(np.isnan(total), row, np.where(np.isnan(row), total, total + row))
+
+
 class _Queries:
     """The queries of one diagnosis, by node group and by time; each query the server
     refuses over a limit is halved until it passes (at most MAX_SPLITS times), and said so.
@@ -132,9 +209,16 @@ class _Queries:
     async def instant(self, template: str) -> list[dict]:
         """Every series `template` (with $M: the instance matcher) answers at the window's
         end: one query while the server takes it, node groups where it does not (an
-        aggregate across nodes then comes back once per group: the caller combines them)."""
+        aggregate across nodes then comes back once per group: the caller combines them).
+        At most as many series as a query over the nodes can honestly answer (_cap)."""
         answers = await self._run(template, None, None, 0.0)
-        return [series for answer in answers for series in answer.get("result", [])]
+        cap = _cap(len(self.instances))
+        kept = [series for answer in answers for series in answer.get("result", [])]
+        if len(kept) > cap:
+            self.progress(f"warning: the server answered {len(kept)} series to a query of {_named(template)} over "
+                          f"{len(self.instances)} nodes, more than {cap}: the first {cap} kept")
+            del kept[cap:]
+        return kept
 
     async def by(self, template: str, labels: tuple[str, ...], instances: list[str] | None = None,
                  step: float | None = None, windows: np.ndarray | None = None,
@@ -147,26 +231,26 @@ class _Queries:
         nodes = instances or self.instances
         groups: list[list[str] | None] = [None] if instances is None and len(nodes) <= NODE_GROUP else [
             nodes[i:i + NODE_GROUP] for i in range(0, len(nodes), NODE_GROUP)]
-        jobs = [self._run(template, group, windows[k:k + WINDOWS_PER_QUERY], step)
-                for group in groups for k in range(0, len(windows), WINDOWS_PER_QUERY)]
-        out: dict[tuple, np.ndarray] = {}
-        first = windows[0] + step
-        for results in await asyncio.gather(*jobs):
-            for result in results:
-                for series in result.get("result", []):
-                    key = tuple(series["metric"].get(label, "") for label in labels)
-                    row = out.setdefault(key, np.full(len(windows), np.nan))
-                    points = series.get("values", [])
-                    if not isinstance(points, np.ndarray):
-                        points = np.array(points, dtype=float).reshape(-1, 2)
-                    # Each point to its window: the windows are evenly spaced; a time the
-                    # server moved (not one asked for) is dropped.
-                    i = np.rint((points[:, 0] - first) / step).astype(int)
-                    inside = (i >= 0) & (i < len(windows))
-                    inside[inside] = np.abs(points[inside, 0] - (windows[i[inside]] + step)) < 0.0015
-                    i, values = i[inside], points[inside, 1]
-                    row[i] = np.where(np.isnan(row[i]), values, row[i] + values) if add else values
-        return out
+        rows = _Rows(labels, nodes, windows, step, add)
+        # Sums over several node groups are kept per group, then added in the groups' order:
+        # the same total whichever group answered first.
+        parts: list[dict[tuple, np.ndarray]] = [{} for _ in groups] if add and len(groups) > 1 else [rows.out] * len(groups)
+
+        async def fold(g: int, window_slice: np.ndarray) -> None:
+            # Each answer is folded in as soon as it is parsed (no await in between): only the
+            # answers in flight are held, not every answer of every query running at once (a
+            # server answering each just under the cap would have them past a gigabyte).
+            rows.fold(await self._run(template, groups[g], window_slice, step), parts[g])
+
+        await asyncio.gather(*(fold(g, windows[k:k + WINDOWS_PER_QUERY])
+                               for g in range(len(groups)) for k in range(0, len(windows), WINDOWS_PER_QUERY)))
+        if parts[0] is not rows.out:
+            rows.add_up(parts)
+        if rows.foreign or rows.over:
+            self.progress(f"warning: the server answered series no query of {_named(template)} over these "
+                          f"{len(nodes)} nodes can have: {rows.foreign} on instances not asked for, {rows.over} "
+                          f"past {rows.cap} keys: dropped")
+        return rows.out
 
     async def _run(self, template: str, group: list[str] | None, windows: np.ndarray | None, step: float,
                    depth: int = 0, decode: Callable[[bytes], object] = json.loads) -> list[dict]:
@@ -254,7 +338,7 @@ async def _fabric_devices(q: _Queries, fabric: str) -> list[str] | None:
     chosen = {(r["metric"].get("instance", ""), r["metric"].get("device", "")) for r in fabric_nics}
     names = {device for _, device in chosen}
     others = {(r["metric"].get("instance", ""), r["metric"].get("device", "")) for r in all_nics} - chosen
-    if not names or "" in names or any(device in names for _, device in others):
+    if not names or "" in names or len(names) > MAX_FABRIC_NAMES or any(device in names for _, device in others):
         return None
     return sorted(names)
 
@@ -619,15 +703,27 @@ async def _instant_by_groups(q: _Queries, template: str, fold: Callable[[object]
     node of 8 NICs and 8 GPUs), asked per node group at once: the whole cluster's answer
     (some 100 MB of JSON at 2,048 nodes) would pass the client's cap on one answer, and be
     read whole, then halved and read again, before it passed. Each answer is read compactly
-    (sources/vector.py) and folded in as it comes."""
+    (sources/vector.py) and folded in as it comes; at most _cap series in all are kept."""
     groups: list[list[str] | None] = [None] if len(q.instances) <= NODE_GROUP else [
         q.instances[i:i + NODE_GROUP] for i in range(0, len(q.instances), NODE_GROUP)]
+    cap = _cap(len(q.instances))
+    kept = over = 0
 
     async def one(group: list[str] | None) -> None:
+        nonlocal kept, over
         for answer in await q._run(template, group, None, 0.0, decode=decode_vector):
-            fold(answer.get("result", []))
+            result = answer.get("result", [])
+            room = max(cap - kept, 0)
+            if len(result) > room:
+                over += len(result) - room
+                result = result[:room]
+            kept += len(result)
+            fold(result)
 
     await asyncio.gather(*(one(group) for group in groups))
+    if over:
+        q.progress(f"warning: the server answered {kept + over} series to a query of {_named(template)} over "
+                   f"{len(q.instances)} nodes, more than {cap}: the first {cap} kept")
 
 
 async def _recorded_gpu_seconds(q: _Queries, node: pd.DataFrame, every: float, data_end: float
