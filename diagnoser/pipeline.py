@@ -10,7 +10,7 @@ its findings are reported under its name.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlencode
 
 import pandas as pd
@@ -222,7 +222,13 @@ def _only(report: Report, name: str) -> None:
     report.jobs = [j for j in report.jobs or [] if j.name == name]
     report.summary = report.jobs[0].summary
     report.cost = report.jobs[0].cost
-    report.findings = [f for f in report.findings if f.job == name]
+    kept = [(n, f) for n, f in enumerate(report.findings, 1) if f.job == name]
+    report.findings = [f for _, f in kept]
+    # Charts already drawn (a report cut into jobs after the analysis) follow their findings'
+    # new positions; the others' go.
+    position = {old: new for new, (old, _) in enumerate(kept, 1)}
+    report.culprit_charts = [replace(c, finding=position[c.finding]) for c in report.culprit_charts
+                             if c.finding in position]
     report.verdict, report.inconclusive_reasons = report.jobs[0].verdict, report.jobs[0].inconclusive_reasons
 
 

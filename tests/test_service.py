@@ -157,6 +157,8 @@ def test_pfc_storm_from_metrics_to_history_through_a_kill_and_a_dead_prometheus(
     # The pages: HTML, markdown, the list, the newest of the job.
     status, headers, page = http_get(f"{url}/reports/{entry['id']}")
     assert status == 200 and "text/html" in headers["Content-Type"] and truth["nodes"][0].encode() in page
+    # with its charts, kept beside the report: the cluster's GPU time and the culprit's against its peers
+    assert b'<svg id="gpu-time"' in page and b'<svg id="culprit-1"' in page, page[:3000]
     status, _, markdown = http_get(f"{url}/reports/{entry['id']}.md")
     assert status == 200 and markdown.startswith(b"# gpunet diagnosis") and truth["nodes"][0].encode() in markdown
     status, _, listing = http_get(url + "/reports")

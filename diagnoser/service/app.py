@@ -17,7 +17,7 @@ from diagnoser.render.html_report import render_html
 from diagnoser.service import webhook
 from diagnoser.service.history import History
 from diagnoser.service.publish import Metrics
-from diagnoser.service.revive import report_from_dict
+from diagnoser.service.revive import add_charts, report_from_dict
 from diagnoser.service.runner import Runner
 from exporter.server import Access
 from gpunet.window import parse_duration, rfc3339
@@ -126,7 +126,7 @@ def make_app(runner: Runner, history: History, metrics: Metrics, access: Access 
         report = report_from_dict(json.loads(document))
         if fmt == "md":
             return web.Response(text=render(report, "markdown"), content_type="text/markdown")
-        return web.Response(text=render_html(report), content_type="text/html")
+        return web.Response(text=render_html(add_charts(report, history.charts(int(stem)))), content_type="text/html")
 
     app = web.Application(middlewares=[guard], client_max_size=webhook.MAX_BODY_BYTES)
     app.router.add_get("/metrics", metrics_page)

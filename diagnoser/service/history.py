@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS reports (
     data_end REAL NOT NULL,       -- the newest time the verdict rests on
     created REAL NOT NULL,
     verdict TEXT NOT NULL,        -- findings | healthy | inconclusive
-    document TEXT NOT NULL        -- render(report, "json")
+    document TEXT NOT NULL,       -- render(report, "json")
+    charts TEXT                   -- the HTML page's charts (revive.charts_document), NULL: none
 );
 CREATE INDEX IF NOT EXISTS reports_by_job ON reports (job, created);
 CREATE INDEX IF NOT EXISTS reports_by_time ON reports (created);
@@ -137,14 +138,15 @@ class History:
         self.db.execute("COMMIT")
 
     def add(self, job: str, trigger: str, window: tuple[float, float], data_end: float, verdict: str,
-            document: str, findings: list[FindingRow], created: float | None = None) -> int:
+            document: str, findings: list[FindingRow], created: float | None = None,
+            charts: str | None = None) -> int:
         """Store one report and its findings in one transaction; its id."""
         with self._transaction() as db:
             cursor = db.execute(
-                "INSERT INTO reports (job, trigger, window_start, window_end, data_end, created, verdict, document) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO reports (job, trigger, window_start, window_end, data_end, created, verdict, document, "
+                "charts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job, trigger, window[0], window[1], data_end, time.time() if created is None else created, verdict,
-                 document))
+                 document, charts))
             report_id = int(cursor.lastrowid or 0)
             db.executemany("INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            [(report_id, job, f.cls, f.culprit, f.device, f.confidence, f.gpu_idle_seconds, f.start,
@@ -153,6 +155,10 @@ class History:
 
     def document(self, report_id: int) -> str | None:
         row = self.db.execute("SELECT document FROM reports WHERE id = ?", (report_id,)).fetchone()
+        return row[0] if row else None
+
+    def charts(self, report_id: int) -> str | None:
+        row = self.db.execute("SELECT charts FROM reports WHERE id = ?", (report_id,)).fetchone()
         return row[0] if row else None
 
     def entries(self, job: str | None = None, cls: str | None = None, since: float | None = None,

@@ -1,14 +1,24 @@
 """A stored report's JSON document (render(report, "json")) read back into a Report, so that
 the HTML and markdown pages are rendered on demand by the same renderers as `diagnose`'s.
-The document carries every figure those pages print; what it does not carry (the charts, the
-rules' raw scores) the pages go without."""
+The document carries every figure those pages print; the HTML page's charts are kept beside
+it (`charts_document`); the rules' raw scores the pages go without."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+import json
+from dataclasses import asdict, fields
 
 from diagnoser.analysis.rules import RULES
-from diagnoser.model.report import ConfigFinding, Cost, Finding, JobSummary, Report, Summary
+from diagnoser.model.report import (
+    ConfigFinding,
+    Cost,
+    CulpritChart,
+    Finding,
+    GpuTimeChart,
+    JobSummary,
+    Report,
+    Summary,
+)
 
 
 def _summary(doc: dict) -> Summary:
@@ -49,3 +59,21 @@ def report_from_dict(doc: dict) -> Report:
                   configuration=[ConfigFinding(**c) for c in configuration] if configuration is not None else None,
                   capacity=doc.get("capacity"), cost=_cost(doc.get("cost")), has_gpus=doc["gpus"] > 0,
                   verdict=doc["verdict"], inconclusive_reasons=doc.get("inconclusive_reasons", []))
+
+
+def charts_document(report: Report) -> str | None:
+    """The report's charts as JSON (None when it has none), stored beside its document."""
+    if report.gpu_time_chart is None and not report.culprit_charts:
+        return None
+    return json.dumps({"gpu_time": asdict(report.gpu_time_chart) if report.gpu_time_chart else None,
+                       "culprits": [asdict(c) for c in report.culprit_charts]})
+
+
+def add_charts(report: Report, document: str | None) -> Report:
+    """`report` with the charts `charts_document` gave back (none: as it is)."""
+    if document:
+        doc = json.loads(document)
+        if doc.get("gpu_time"):
+            report.gpu_time_chart = GpuTimeChart(**doc["gpu_time"])
+        report.culprit_charts = [CulpritChart(**{**c, "shade": tuple(c["shade"])}) for c in doc.get("culprits", [])]
+    return report

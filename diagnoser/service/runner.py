@@ -30,6 +30,7 @@ from diagnoser.render.document import safe
 from diagnoser.service.grafana import Annotations
 from diagnoser.service.history import History, HistoryError
 from diagnoser.service.publish import JobState, Metrics, finding_row
+from diagnoser.service.revive import charts_document
 from diagnoser.sources import Connection, Source, SourceError, read_config
 
 log = logging.getLogger("gpunet.diagnoser")
@@ -103,7 +104,7 @@ class Runner:
 
     def _diagnose(self, since: float, end: float) -> Report:
         config, read_at = self.config, self.config_read_at
-        report = diagnose(self._source(since, end), Options(grafana_url=self.args.grafana_url), config=config)
+        report = diagnose(self._source(since, end), Options(grafana_url=self.args.grafana_url, charts=True), config=config)
         if config is not None and read_at is not None:
             report.notes.append(
                 f"configuration facts read {max(0.0, end - read_at):.0f}s before the window's end "
@@ -217,7 +218,7 @@ class Runner:
                     or {f.key() for f in last.findings} != {f.key() for f in rows}
                     or time.time() - last.created >= KEEP_AT_LEAST_EVERY_S):
                 report_id = self.history.add(job, trigger, window, data_end, one.verdict, render(one, "json"),
-                                             list(rows))
+                                             list(rows), charts=charts_document(one))
             previous = self.metrics.published.states.get(job)
             if previous is not None and previous.data_end > data_end:
                 continue  # an alert's run over an older window does not replace a newer verdict
