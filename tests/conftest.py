@@ -80,3 +80,11 @@ def victoria(tmp_path):
     yield serve
     for p in procs:
         p.stop()
+
+
+@pytest.fixture
+def pki(tmp_path):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by it."""
+    from procs import make_pki
+
+    return make_pki(tmp_path / "pki")

@@ -101,3 +101,21 @@ def start_prometheus(args: list[str], log_path: Path) -> tuple[Process, str]:
         proc.stop()
         raise AssertionError(f"prometheus did not start:\n{proc.log()}") from None
     return proc, url
+
+
+def openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def make_pki(d: Path) -> Path:
+    """In `d`: a CA, a server certificate for 127.0.0.1 and a client certificate, all signed by it."""
+    d.mkdir()
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=gpunet test CA",
+            "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"))
+    for name, ext in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", str(d / f"{name}.key"),
+                "-out", str(d / f"{name}.csr"))
+        (d / f"{name}.ext").write_text(ext + "\n")
+        openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"),
+                "-CAcreateserial", "-days", "1", "-extfile", str(d / f"{name}.ext"), "-out", str(d / f"{name}.crt"))
+    return d

@@ -3,13 +3,16 @@ loopback port, against a real Prometheus holding a bundled trace moved to end ne
 (gpunet.trace.shift_trace), with real HTTP requests. Expected culprits come from the
 trace's labels (NAME.labels.json), never from the code under test."""
 
+import base64
 import gzip
+import http.client
 import json
 import os
 import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -17,6 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import bcrypt
 import pytest
 from procs import REPO, Process, free_port, http_get, start_prometheus, wait_for
 
@@ -343,3 +347,47 @@ def test_a_corrupt_or_unwritable_history_is_one_line_and_exit_1(tmp_path):
         assert result.returncode == 1, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and str(path) in result.stderr, result.stderr
     assert corrupt.read_bytes() == b"this is no database" * 500  # left as it was
+
+
+def test_tls_and_basic_auth_guard_every_endpoint(tmp_path, pki):
+    """--web.config.file, the exporter-toolkit format the exporter takes: over TLS, every
+    endpoint (the metrics, the webhook, the reports) asks for the password; a wrong one gets
+    401, plain HTTP gets no answer."""
+
+    config = tmp_path / "web.yml"
+    config.write_text(json.dumps({
+        "tls_server_config": {"cert_file": str(pki / "server.crt"), "key_file": str(pki / "server.key")},
+        "basic_auth_users": {"alertmanager": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()}}))
+    silent = SilentServer()  # its source never answers: the first run times out, then it is ready
+    port = free_port()
+    proc = Process(diagnose_command("serve", "--prometheus", silent.url, "--listen", f"127.0.0.1:{port}",
+                                    "--history", str(tmp_path / "history.sqlite"), "--run-timeout", "2s",
+                                    "--web.config.file", str(config)),
+                   tmp_path / "serve-tls.log", cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    url = f"https://127.0.0.1:{port}"
+
+    def status(path: str, password: str | None, body: bytes | None = None) -> int:
+        headers = {"Content-Type": "application/json"}
+        if password is not None:
+            headers["Authorization"] = "Basic " + base64.b64encode(f"alertmanager:{password}".encode()).decode()
+        req = urllib.request.Request(url + path, data=body, headers=headers, method="POST" if body else "GET")
+        try:
+            with urllib.request.urlopen(req, context=context, timeout=10) as resp:
+                return resp.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    try:
+        wait_for(lambda: status("/-/ready", "s3cret") == 200, timeout=60, what="diagnose serve ready over TLS")
+        for path in ("/metrics", "/reports", "/reports/latest"):
+            assert status(path, None) == 401 and status(path, "wrong") == 401, path
+        assert status("/metrics", "s3cret") == 200
+        assert status("/api/v1/alertmanager", None, json.dumps(alert_payload("k", "job-a")).encode()) == 401
+        assert status("/api/v1/alertmanager", "s3cret", json.dumps(alert_payload("k", "job-a")).encode()) == 202
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    finally:
+        proc.stop()
+        silent.close()
+    assert "Traceback" not in proc.log()

@@ -15,31 +15,11 @@ import urllib.request
 import bcrypt
 import pytest
 from conftest import FIXTURES
-from procs import REPO, Process, exporter_command, free_port, start_prometheus, wait_for
+from procs import REPO, Process, exporter_command, free_port, openssl, start_prometheus, wait_for
 
 from exporter.exposition import MAX_LABEL_VALUE, Family, Renderer
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
-
-
-def openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-@pytest.fixture
-def pki(tmp_path):
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by it."""
-    d = tmp_path / "pki"
-    d.mkdir()
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=gpunet test CA",
-            "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"))
-    for name, ext in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", str(d / f"{name}.key"),
-                "-out", str(d / f"{name}.csr"))
-        (d / f"{name}.ext").write_text(ext + "\n")
-        openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"),
-                "-CAcreateserial", "-days", "1", "-extfile", str(d / f"{name}.ext"), "-out", str(d / f"{name}.crt"))
-    return d
 
 
 def bcrypt_hash(password: str) -> str:
