@@ -17,6 +17,7 @@ from exporter.workload_options import DEFAULT_POD_PATTERN, compile_pod_pattern
 from gpunet import __version__
 from gpunet.contract import DEFAULT_PORT
 from gpunet.settings import layered_defaults, listen_address, unknown_variable
+from gpunet.window import whole
 
 _SPEED = re.compile(r"^\s*([0-9.]+)\s*([kmgt]?)(bit|b|bps)?(/s)?\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
@@ -66,16 +67,6 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not MIN_INTERVAL <= value <= MAX_INTERVAL:  # also false for NaN
         raise argparse.ArgumentTypeError(f"{text!r}: seconds between {MIN_INTERVAL} and {MAX_INTERVAL:.0f}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: at least 1")
     return value
 
 
@@ -133,10 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--web.config.file", dest="web_config_file", default=None, metavar="FILE",
                    help="TLS and basic auth, in the Prometheus exporter-toolkit format (node_exporter's); "
                         "SIGHUP reloads it")
-    p.add_argument("--web.max-requests", dest="web_max_requests", type=positive_int, default=40,
+    p.add_argument("--web.max-requests", dest="web_max_requests", type=whole(1, 1 << 20), default=40,
                    help="requests checked and answered at once (bodies still being sent to slow clients not "
                         "counted); more get 503 (default 40)")
-    p.add_argument("--web.max-connections", dest="web_max_connections", type=positive_int, default=None,
+    p.add_argument("--web.max-connections", dest="web_max_connections", type=whole(1, 1 << 20), default=None,
                    help="open HTTP connections; more are closed as they are accepted (default 256, or half the "
                         "file limit, LimitNOFILE, where that is lower)")
     p.add_argument("--web.header-timeout", dest="web_header_timeout", type=seconds, default=10.0, metavar="SECONDS",

@@ -115,5 +115,19 @@ def number(low: float, high: float, unit: str = "", parse: Callable[[str], float
     return check
 
 
+def whole(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high`, refused in one line that says
+    the range."""
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r}: from {low} to {high}")
+        return value
+    return check
+
+
 def rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

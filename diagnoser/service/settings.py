@@ -14,7 +14,7 @@ from pathlib import Path
 from diagnoser.analysis.rules import RULES
 from gpunet.promapi import add_connection_arguments
 from gpunet.settings import layered_defaults, listen_address
-from gpunet.window import ArgumentParser, parse_duration
+from gpunet.window import ArgumentParser, parse_duration, whole
 
 DEFAULT_PORT = 9846  # the exporter's is 9845
 DEFAULT_HISTORY = "gpunet-diagnoser.sqlite"
@@ -44,16 +44,6 @@ def size(text: str) -> int:
     value = int(float(m.group(1)) * _BYTES[(m.group(2) or "").lower()])
     if value < MIN_HISTORY_BYTES:
         raise argparse.ArgumentTypeError(f"{text!r}: at least {MIN_HISTORY_BYTES // 1024}KiB")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= value <= 10000:
-        raise argparse.ArgumentTypeError(f"{text!r}: from 1 to 10000")
     return value
 
 
@@ -99,7 +89,7 @@ def serve_parser() -> argparse.ArgumentParser:
                    help="reports older than this are deleted (default 14d)")
     p.add_argument("--history-max-bytes", type=size, default=256 << 20,
                    help="the oldest reports are deleted while the history is larger (default 256MiB)")
-    p.add_argument("--webhook-queue", type=positive_int, default=16,
+    p.add_argument("--webhook-queue", type=whole(1, 10000), default=16,
                    help="alert-driven diagnoses waiting; past it the webhook answers 429 (default 16)")
     p.add_argument("--external-url", type=http_url, default=None,
                    help="the base of report links in metrics and annotations (default http://<listen>)")
