@@ -238,6 +238,15 @@ ALERT_ANNOTATION = {"datasource": DS, "enable": True, "hide": False, "iconColor"
                                "step": "1m", "titleFormat": "{{alertname}} ({{severity}})",
                                "textFormat": "{{instance}} {{device}}{{gpu}}", "tagKeys": "severity",
                                "useValueForTime": False}}
+# Each ongoing finding of the diagnoser service (`diagnose serve`, docs/service.md), on the nodes
+# it names as culprits: the cause beside the symptoms the panels show.
+DIAGNOSIS_ANNOTATION = {"datasource": DS, "enable": True, "hide": False, "iconColor": "purple",
+                        "name": "gpunet diagnoses",
+                        "target": {"refId": "gpunet-diagnoses",
+                                   "expr": 'gpunet_diagnosis_finding{culprit=~"$instance"}',
+                                   "step": "1m", "titleFormat": "{{class}} (diagnosis)",
+                                   "textFormat": "{{workload}}: {{culprit}} {{device}}", "tagKeys": "class,workload",
+                                   "useValueForTime": False}}
 
 
 def link_nodes(panel: dict) -> dict:
@@ -263,7 +272,7 @@ def dashboard(uid: str, title: str, description: str, panels: list[dict], tags: 
         "annotations": {"list": [{"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
                                   "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
                                   "name": "Annotations & Alerts", "type": "dashboard"},
-                                 ALERT_ANNOTATION]},
+                                 ALERT_ANNOTATION, DIAGNOSIS_ANNOTATION]},
         "description": description,
         "editable": True,
         "fiscalYearStartMonth": 0,

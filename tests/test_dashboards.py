@@ -150,6 +150,15 @@ def test_firing_alerts_are_annotations_on_every_dashboard():
         assert 'alertstate="firing"' in alerts["target"]["expr"], name
 
 
+def test_the_diagnoser_services_findings_are_annotations_on_every_dashboard():
+    """The series `diagnose serve` publishes for each ongoing finding, on its culprit nodes."""
+    for name, dash in dashboards().items():
+        (found,) = [a for a in dash["annotations"]["list"]
+                    if "gpunet_diagnosis_finding" in a.get("target", {}).get("expr", "")]
+        assert found["enable"] and 'culprit=~"$instance"' in found["target"]["expr"], name
+        assert "{{class}}" in found["target"]["titleFormat"] and "{{culprit}}" in found["target"]["textFormat"], name
+
+
 def test_committed_json_is_the_generator_output():
     build = load_build()
     for name, make in build.DASHBOARDS.items():
