@@ -37,9 +37,10 @@ def labels_of(name: str) -> dict:
     return json.loads((REPLAY / f"{name}.labels.json").read_text())
 
 
-def moved(tmp_path: Path, name: str, now_inside_incident: bool) -> Path:
+def moved(tmp_path: Path, name: str, now_inside_incident: bool) -> tuple[Path, float]:
     """The trace moved so that now lies 2 minutes before its labelled incident ends (the
-    finding is still going on at the window's end), or so that it ends now."""
+    finding is still going on at the window's end), or so that it ends now; and the seconds
+    it moved by (the labels' times plus them are the moved trace's)."""
     trace = REPLAY / f"{name}.om.gz"
     with gzip.open(trace, "rt") as f:
         last = max(float(line.rsplit(" ", 1)[1]) for line in f if line[0] != "#")
@@ -47,8 +48,7 @@ def moved(tmp_path: Path, name: str, now_inside_incident: bool) -> Path:
     incidents = labels_of(name)["incidents"]
     target = now + (last - incidents[0]["end"]) + 120 if now_inside_incident and incidents else now
     out = tmp_path / f"{name}.om.gz"
-    shift_trace(trace, out, target)
-    return out
+    return out, shift_trace(trace, out, target)
 
 
 def serve_trace(tmp_path: Path, trace: Path) -> tuple[Process, str]:
@@ -129,9 +129,21 @@ def runs(url: str, trigger: str, result: str) -> float:
 @pytest.mark.prometheus
 def test_pfc_storm_from_metrics_to_history_through_a_kill_and_a_dead_prometheus(tmp_path):
     truth = labels_of("pfc_storm")["incidents"][0]
-    prometheus_proc, prometheus = serve_trace(tmp_path, moved(tmp_path, "pfc_storm", now_inside_incident=True))
+    trace, offset = moved(tmp_path, "pfc_storm", now_inside_incident=True)
+    prometheus_proc, prometheus = serve_trace(tmp_path, trace)
     db = tmp_path / "history.sqlite"
-    proc, url = start_service(tmp_path, prometheus, "--interval", "1h", history=db)
+    grafana = AnnotationReceiver()  # Grafana's annotation API, as far as the service uses it
+    (tmp_path / "grafana.token").write_text("glsa_test_token\n")
+    proc, url = start_service(tmp_path, prometheus, "--interval", "1h", "--grafana-url", grafana.url,
+                              "--grafana-token-file", str(tmp_path / "grafana.token"), history=db)
+
+    # The new finding is posted to Grafana once, with the token, where the storm began.
+    wait_for(lambda: grafana.posts, timeout=30, what="the Grafana annotation")
+    (headers, body), = grafana.posts
+    assert headers["Authorization"] == "Bearer glsa_test_token"
+    assert truth["class"] in body["tags"] and truth["nodes"][0].split(":")[0] in body["text"], body
+    assert abs(body["time"] / 1000 - (truth["start"] + offset)) <= 120, (body["time"], truth["start"] + offset)
+    grafana.close()
 
     # The verdict and the ongoing storm, naming the labelled culprit.
     assert named(url, "gpunet_diagnosis_verdict") == [({"workload": "unattributed", "verdict": "findings"}, 1.0)]
@@ -151,8 +163,8 @@ def test_pfc_storm_from_metrics_to_history_through_a_kill_and_a_dead_prometheus(
     assert len(listed) == 1 and listed[0]["trigger"] == "schedule"
     entry = listed[0]
     stored = json.loads(http_get(f"{url}/reports/{entry['id']}.json")[2])
-    cli = subprocess.run(diagnose_command("--prometheus", prometheus, "--since", "1800.000s",
-                                          "--end", f"{entry['window_end']:.3f}", "--format", "json"),
+    cli = subprocess.run(diagnose_command("--prometheus", prometheus, "--since", "1800.000s", "--grafana-url",
+                                          grafana.url, "--end", f"{entry['window_end']:.3f}", "--format", "json"),
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stderr
     assert stored["findings"] == json.loads(cli.stdout)["findings"]
@@ -221,7 +233,7 @@ def test_pfc_storm_from_metrics_to_history_through_a_kill_and_a_dead_prometheus(
 @pytest.mark.prometheus
 def test_a_healthy_trace_publishes_healthy_and_no_finding(tmp_path):
     assert labels_of("healthy_basic")["incidents"] == []
-    prometheus_proc, prometheus = serve_trace(tmp_path, moved(tmp_path, "healthy_basic", now_inside_incident=False))
+    prometheus_proc, prometheus = serve_trace(tmp_path, moved(tmp_path, "healthy_basic", now_inside_incident=False)[0])
     proc, url = start_service(tmp_path, prometheus, "--interval", "1h", "--config-interval", "10s")
     try:
         assert named(url, "gpunet_diagnosis_verdict") == [({"workload": "unattributed", "verdict": "healthy"}, 1.0)]
@@ -242,6 +254,37 @@ def test_a_healthy_trace_publishes_healthy_and_no_finding(tmp_path):
     finally:
         proc.stop()
         prometheus_proc.stop()
+
+
+class AnnotationReceiver:
+    """An HTTP server on loopback that takes POST /api/annotations as Grafana does (200 and an
+    id) and keeps each request's headers and JSON body."""
+
+    def __init__(self):
+        import http.server
+
+        posts = self.posts = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/api/annotations":
+                    posts.append((dict(self.headers), body))
+                self.send_response(200 if self.path == "/api/annotations" else 404)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"id": 1, "message": "Annotation added"}')
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class SilentServer:
