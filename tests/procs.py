@@ -119,3 +119,17 @@ def make_pki(d: Path) -> Path:
         openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"),
                 "-CAcreateserial", "-days", "1", "-extfile", str(d / f"{name}.ext"), "-out", str(d / f"{name}.crt"))
     return d
+
+
+def values(url: str) -> dict[tuple[str, tuple], float]:
+    """Every sample of the exporter's /metrics: (name, sorted labels) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    body = http_get(url + "/metrics")[2].decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(body) for s in f.samples}
+
+
+def up(v: dict, collector: str) -> float | None:
+    """gpunet_exporter_collector_up of one collector in `values`' samples."""
+    return v.get(("gpunet_exporter_collector_up", (("collector", collector),)))

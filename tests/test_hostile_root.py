@@ -15,8 +15,7 @@ import tracemalloc
 
 import pytest
 from conftest import FIXTURES
-from procs import REPO, exporter_command, http_get, start_exporter, wait_for
-from prometheus_client.parser import text_string_to_metric_families
+from procs import REPO, exporter_command, start_exporter, up, values, wait_for
 
 from exporter.root import MAX_READ, READ_CHUNK, Root, TooBig, read_fd
 
@@ -36,16 +35,6 @@ def replace(path, make) -> None:
     place of what is there."""
     path.unlink()
     make(path)
-
-
-def values(url: str) -> dict[tuple[str, tuple], float]:
-    body = http_get(url + "/metrics")[2].decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(body) for s in f.samples}
-
-
-def up(v: dict, collector: str) -> float | None:
-    return v.get(("gpunet_exporter_collector_up", (("collector", collector),)))
 
 
 def ticks(v: dict, tick: str) -> float:

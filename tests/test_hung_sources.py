@@ -10,18 +10,7 @@ import time
 
 import pytest
 from conftest import FIXTURES
-from procs import REPO, Process, exporter_command, free_port, http_get, wait_for
-from prometheus_client.parser import text_string_to_metric_families
-
-
-def values(url: str) -> dict[tuple[str, tuple], float]:
-    body = http_get(url + "/metrics")[2].decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(body) for s in f.samples}
-
-
-def up(v: dict, collector: str) -> float | None:
-    return v.get(("gpunet_exporter_collector_up", (("collector", collector),)))
+from procs import REPO, Process, exporter_command, free_port, http_get, up, values, wait_for
 
 
 def busy(v: dict) -> float:
