@@ -214,12 +214,12 @@ class LinkBound:
         # key -> [the last reading taken (None before any), when it was first read, the error while refused]
         self._last: dict[tuple[str, str], list] = {}
 
-    def check(self, key: tuple[str, str], value: float, now: float, speed: float | None, where: str,
-              errors: list, unit_bytes: int = 1) -> float:
+    def check(self, key: tuple[str, str], value: float, now: float, speed: float | None,
+              where: Callable[[], str], errors: list, unit_bytes: int = 1) -> float:
         """`value` where it could be true, else the last reading taken (NaN before any). `key`:
         (device, counter); `speed`: the link's, bytes/s (None: unknown, UNKNOWN_SPEED);
         `unit_bytes`: the fewest bytes one count stands for (1 for bytes, MIN_FRAME_BYTES for
-        packets and frames); `now`: monotonic seconds; `where`: the counter's file, for the
+        packets and frames); `now`: monotonic seconds; `where`: gives the counter's file, for the
         error."""
         if not 0 <= value < INF:  # -1, NaN, inf: no reading, which MonotonicCounters already skips
             return value
@@ -242,7 +242,7 @@ class LinkBound:
                 why = "more than any 64-bit counter holds"
             else:
                 why = f"more than the link could carry since the last reading ({taken:.6g}, {now - since:.3g} s before)"
-            refused = last[2] = SourceError(where, f"read {value:.6g}, {why}: not counted")
+            refused = last[2] = SourceError(where(), f"read {value:.6g}, {why}: not counted")
         errors.append(refused)
         return NAN if taken is None else taken
 

@@ -253,7 +253,7 @@ def bounded(readings, speed=GBIT, unit_bytes=1):
     bound, counters = LinkBound(), MonotonicCounters()
     out, errors = [], []
     for second, raw in enumerate(readings):
-        value = bound.check(("eno1", "tx_bytes"), raw, float(second), speed, "/x/statistics/tx_bytes", errors,
+        value = bound.check(("eno1", "tx_bytes"), raw, float(second), speed, lambda: "/x/statistics/tx_bytes", errors,
                             unit_bytes)
         samples = counters.apply([Sample(NIC_TRANSMIT_BYTES, ("eno1",), value)])
         out.append(samples[0].value if samples else None)

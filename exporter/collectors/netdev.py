@@ -64,7 +64,7 @@ class NetdevCollector:
                     value: float = link.stats[stat]
                     if stat in BYTES or stat in PACKETS:
                         value = self.bound.check((nic.device, stat), value, ctx.now, nic.speed_bytes_per_second,
-                                                 stat_where(self.root, netdev, stat), errors,
+                                                 lambda: stat_where(self.root, netdev, stat), errors,
                                                  1 if stat in BYTES else MIN_FRAME_BYTES)
                     samples.append(Sample(metric, labels, value))
         return samples

@@ -117,7 +117,7 @@ class WireCollector:
                 for stat, metric in (("rx_bytes", NIC_RECEIVE_BYTES), ("tx_bytes", NIC_TRANSMIT_BYTES)):
                     if stat in link.stats:
                         value = self.bound.check((nic.device, metric.name), link.stats[stat], ctx.now,
-                                                 nic.speed_bytes_per_second, stat_where(self.root, nic.netdev, stat),
+                                                 nic.speed_bytes_per_second, lambda: stat_where(self.root, nic.netdev, stat),
                                                  errors)
                         samples.append(Sample(metric, (nic.device,), value))
         return samples
@@ -127,14 +127,14 @@ class WireCollector:
         table = counters_for(nic.driver)
         stats = self.driver_stats.read(nic.netdev, errors, table.wire_names)
         device, now, speed = nic.device, ctx.now, nic.speed_bytes_per_second
-        where = self.driver_stats.where(nic.netdev)
         for metric, alternatives in ((NIC_RECEIVE_BYTES, table.wire_rx_bytes),
                                      (NIC_TRANSMIT_BYTES, table.wire_tx_bytes)):
             names = first_present(stats, alternatives)  # what pick() sums, named in a message about it
             if names is not None:
                 raw = stats[names[0]] if len(names) == 1 else sum(stats[n] for n in names)
                 samples.append(Sample(metric, (device,), self.bound.check(
-                    (device, metric.name), raw, now, speed, f"{where}: {'+'.join(names)}", errors)))
+                    (device, metric.name), raw, now, speed,
+                    lambda: f"{self.driver_stats.where(nic.netdev)}: {'+'.join(names)}", errors)))
         per_priority = ctx.refresh_all
         # One walk of the aliases: every pause counter on the tick that makes the per-priority
         # series, else only the received ones, which the network state needs.
@@ -146,7 +146,8 @@ class WireCollector:
                 if value is not None:
                     if per_priority:  # the counter, checked; link_load asks only whether the raw sum grew
                         samples.append(Sample(NIC_PFC_PAUSE_FRAMES, (device, direction, priority), self.bound.check(
-                            (device, name), value, now, speed, f"{where}: {name}", errors, MIN_FRAME_BYTES)))
+                            (device, name), value, now, speed,
+                            lambda: f"{self.driver_stats.where(nic.netdev)}: {name}", errors, MIN_FRAME_BYTES)))
                     if direction == "receive" and 0 <= value < INF:  # a driver's -1 or NaN is no reading
                         received += value
                         found = True
@@ -171,7 +172,8 @@ class WireCollector:
                 errors.append(SourceError(rdma_reader.counter_path(nic.rdma, group, name),
                                           "32-bit counter saturated at 4294967295 (no extended counters)"))
             value = self.bound.check((nic.device, metric.name), values[name] * IB_DATA_UNIT, now,
-                                     nic.speed_bytes_per_second, rdma_reader.counter_path(nic.rdma, group, name), errors)
+                                     nic.speed_bytes_per_second,
+                                     lambda: rdma_reader.counter_path(nic.rdma, group, name), errors)
             samples.append(Sample(metric, (nic.device,), value))
 
 
